@@ -1,0 +1,81 @@
+# upcall: the two commands are `make test` and `make bench`.
+# Each one installs what it needs: libzmq headers (Debian libzmq3-dev) when
+# pkg-config cannot find them, a virtual environment .venv, the package in
+# editable mode with its test/bench extras.
+
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+SOURCES     := $(wildcard csrc/*.c csrc/*.h upcall/*.pyx upcall/*.pxd upcall/includes/*.pxd) setup.py
+# Other CPython versions whose threaded behaviour is tested too (pyenv).
+PYENV_ROOT  ?= $(HOME)/.pyenv
+OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
+                            $(PYENV_ROOT)/versions/3.12.*/bin/python3 \
+                            $(PYENV_ROOT)/versions/3.13.*/bin/python3)
+THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py
+
+.PHONY: all deps build test test-threads-all bench ctest sanitize fuzz soak clean
+
+all: build
+
+# --- system packages -------------------------------------------------------
+deps: .deps.stamp
+.deps.stamp:
+	@if ! pkg-config --exists libzmq 2>/dev/null; then \
+	  echo "libzmq not found by pkg-config: installing libzmq3-dev with apt-get"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
+	fi
+	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
+	@touch $@
+
+# --- the Python package ----------------------------------------------------
+$(VENV)/.installed: pyproject.toml | .deps.stamp
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot]"
+	@touch $@
+
+build: $(VENV)/.built
+$(VENV)/.built: $(VENV)/.installed $(SOURCES)
+	$(PY) setup.py -q build_ext --inplace
+	@touch $@
+
+test: build ctest
+	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-threads-all
+
+# Thread-state and finalization behaviour differ between CPython versions:
+# the threaded tests also run on every other supported CPython found here.
+test-threads-all: build
+	@for py in $(OTHER_PYTHONS); do \
+	  v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  env=.venv-$$v; \
+	  echo "== threaded tests on CPython $$v"; \
+	  [ -x $$env/bin/python ] || $$py -m venv $$env || exit 1; \
+	  $$env/bin/python -m pip install -q --upgrade pip || exit 1; \
+	  $$env/bin/python -m pip install -q ".[test]" || exit 1; \
+	  $$env/bin/pytest -q -p no:cacheprovider $(wildcard $(THREAD_TESTS)) || exit 1; \
+	done
+
+bench: build
+	$(PY) bench_upcalls.py $(BENCH_ARGS)
+
+# --- the C core on its own -------------------------------------------------
+ctest: .deps.stamp
+	$(MAKE) --no-print-directory -C csrc test
+
+sanitize: build
+	$(MAKE) --no-print-directory -C csrc sanitize
+	./tools/sanitize-python.sh
+
+fuzz: .deps.stamp
+	$(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
+
+soak: build
+	$(PY) -m pytest -q -m soak -p no:cacheprovider
+
+clean:
+	$(MAKE) --no-print-directory -C csrc clean
+	rm -rf build upcall/*.c upcall/*.so upcall/*.html $(VENV)/.built

@@ -1,0 +1,63 @@
+"""Build the upcall extension modules: Cython bridges over the C core in csrc/.
+
+libzmq is found with pkg-config.  UPCALL_ONLY=upcall._codec (comma separated)
+builds a subset, so parallel work on one module does not rebuild the others.
+"""
+import os
+import shlex
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+
+
+def pkg_config(*args):
+    try:
+        out = subprocess.run(["pkg-config", *args, "libzmq"], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit("upcall: libzmq not found by pkg-config; install it with: "
+                 "sudo apt-get install libzmq3-dev pkg-config")
+    return shlex.split(out)
+
+
+zmq_cflags = pkg_config("--cflags")
+zmq_libs = pkg_config("--libs")
+
+CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
+
+CODEC_C = ["csrc/msgpack.c"]
+BUS_C = ["csrc/bus.c"]
+
+MODULES = {
+    # name: (pyx, C sources, needs zmq)
+    "upcall._codec": ("upcall/_codec.pyx", CODEC_C, False),
+    "upcall.handler": ("upcall/handler.pyx", CODEC_C, False),
+    "upcall._bus": ("upcall/_bus.pyx", CODEC_C + BUS_C, True),
+}
+
+
+def extension(name, pyx, csources, zmq):
+    return Extension(
+        name,
+        sources=[pyx, *csources],
+        include_dirs=["csrc"],
+        extra_compile_args=CFLAGS + (zmq_cflags if zmq else []),
+        extra_link_args=(zmq_libs if zmq else []) + ["-lpthread"],
+    )
+
+
+only = {n.strip() for n in os.environ.get("UPCALL_ONLY", "").split(",") if n.strip()}
+extensions = [extension(n, *spec) for n, spec in MODULES.items()
+              if (not only or n in only) and os.path.exists(spec[0])]
+
+from Cython.Build import cythonize  # noqa: E402  (after the libzmq check)
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={"embedsignature": True, "freethreading_compatible": False},
+        annotate=bool(os.environ.get("UPCALL_ANNOTATE")),
+    ),
+)

@@ -1,0 +1,1 @@
+"""Benchmark sections of bench_upcalls.py, one module per section."""
