@@ -1,0 +1,100 @@
+"""Type stubs for upcall._bus: the bus, subscriptions, publishers, thread factories."""
+from types import TracebackType
+from typing import Any, Callable, Iterable, Literal, Protocol
+
+Endpoint = str
+Target = Callable[..., Any]
+
+class StopDelivery(Exception):
+    """Raise from a target to end its subscription cleanly."""
+
+class _Run(Protocol):
+    """What a thread factory receives: call it once, on some thread."""
+    name: str
+    def __call__(self) -> None: ...
+
+ThreadFactory = Callable[[_Run], Any]
+
+def native_threads(run: _Run) -> None:
+    """The default factory: the C core's own pthread (a marker; never called)."""
+
+def python_threads(run: _Run) -> None:
+    """Run the loop on a daemon ``threading.Thread`` named ``upcall-<n>``."""
+
+class Stats(dict[str, int]): ...
+
+class Subscription:
+    """One receive loop delivering decoded messages to one target."""
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def stats(self) -> dict[str, int]:
+        """received, delivered, batches, decode_errors, callback_errors, dropped."""
+    @property
+    def thread_name(self) -> str | None:
+        """Name of the delivery thread (None in caller mode)."""
+    @property
+    def last_endpoint(self) -> str:
+        """The endpoint as bound (tcp port 0 resolved), or as given."""
+    def poll(self, timeout: float | None = None, max_messages: int | None = None) -> int:
+        """Caller mode: deliver on this thread; return how many messages were delivered."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop delivery and wait for the loop to end (``TimeoutError`` after timeout)."""
+    def __enter__(self) -> Subscription: ...
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+class Publisher:
+    """A PUB or PUSH socket; send() is safe from several threads."""
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def last_endpoint(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def send(self, topic: bytes, obj: Any, *, timeout: float | None = None) -> None: ...
+    def send_packed(self, topic: bytes, payload: Any, *, timeout: float | None = None) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Publisher: ...
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+class Bus:
+    """A zmq context and everything opened on it."""
+    def __init__(self, io_threads: int = 1, thread_factory: ThreadFactory | None = None) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def subscribe(
+        self,
+        endpoint: Endpoint,
+        target: Target,
+        *,
+        topics: Iterable[bytes | str] = (b"",),
+        kind: Literal["sub", "pull"] = "sub",
+        bind: bool = False,
+        batch: int | None = None,
+        delivery: Literal["thread", "caller"] = "thread",
+        thread_factory: ThreadFactory | None = None,
+        gil: Literal["adopt", "per-upcall"] = "adopt",
+        with_topic: bool = False,
+        on_error: Callable[[BaseException, Any], Any] | None = None,
+        rcvhwm: int | None = None,
+        max_message_size: int | None = None,
+    ) -> Subscription: ...
+    def publisher(
+        self,
+        endpoint: Endpoint,
+        *,
+        kind: Literal["pub", "push"] = "pub",
+        bind: bool = True,
+        sndhwm: int | None = None,
+        linger: float = 2.0,
+    ) -> Publisher: ...
+    def close(self, timeout: float | None = None) -> None: ...
+    def __enter__(self) -> Bus: ...
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+DEFAULT_BATCH: int
