@@ -99,7 +99,7 @@ typedef struct uc_sub_opts {
     uc_sub_kind kind;
     const char *endpoint;
     int bind;                     /* bind instead of connect */
-    const uc_frame *topics;       /* SUB prefixes; n_topics == 0 means none */
+    const uc_frame *topics;       /* SUB prefixes; n_topics == 0: no filter (all) */
     size_t n_topics;
     size_t batch;                 /* most messages per deliver call, >= 1 */
     int rcvhwm;                   /* ZMQ_RCVHWM; < 0 keeps zmq's default */
@@ -162,6 +162,10 @@ void uc_sub_free(uc_sub *sub);
 void uc_sub_stats(const uc_sub *sub, uc_stats *out);
 void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);
 
+/* The endpoint as resolved at open (ZMQ_LAST_ENDPOINT, e.g. the port picked
+ * for "tcp://127.0.0.1:*").  Valid until uc_sub_free; any thread. */
+const char *uc_sub_last_endpoint(const uc_sub *sub);
+
 /* ---- publishers ------------------------------------------------------- */
 
 typedef struct uc_pub_opts {
@@ -188,6 +192,9 @@ int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
 
 /* Close the socket (lingering up to linger_ms) and free. */
 void uc_pub_close(uc_pub *pub);
+
+/* The endpoint as resolved at open (see uc_sub_last_endpoint). */
+const char *uc_pub_last_endpoint(const uc_pub *pub);
 
 #ifdef __cplusplus
 }
