@@ -1,0 +1,42 @@
+import faulthandler
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from helpers import Endpoints  # noqa: E402
+
+# A test that hangs (e.g. a deadlock inside the C core with the GIL held,
+# which no Python-level timeout can interrupt) dumps every thread's stack and
+# ends the run instead of hanging `make test` forever.
+HANG_TIMEOUT = 180
+
+
+@pytest.fixture(autouse=True)
+def _hang_watchdog():
+    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def ipc_dir():
+    # Short path: ipc:// paths are limited to ~107 bytes (sun_path), and
+    # pytest's tmp_path for a parametrized test can be longer than that.
+    d = tempfile.mkdtemp(prefix="uc-", dir="/tmp")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def endpoints(ipc_dir):
+    """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp")."""
+    return Endpoints(ipc_dir)

@@ -1,0 +1,220 @@
+"""Shared helpers for the bus tests: waiting on conditions, endpoints, collectors.
+
+No timing thresholds anywhere: every wait is "until this condition holds, or
+fail after a generous deadline" (DEADLINE seconds); normally they return in
+milliseconds.
+"""
+import itertools
+import os
+import socket
+import threading
+import time
+import uuid
+
+import upcall
+
+# Generous deadline for anything that should normally take milliseconds.
+DEADLINE = 30.0
+
+# Payload of warm-up messages (PUB/SUB "slow joiner"); collectors count them
+# apart and never record them as data.
+PROBE = "__upcall_probe__"
+PROBE_TOPIC = b"probe"
+
+STATS_KEYS = {"received", "delivered", "batches", "decode_errors",
+              "callback_errors", "dropped"}
+
+MODES = ["native", "python", "caller"]
+KINDS = ["sub", "pull"]
+TRANSPORTS = ["inproc", "ipc", "tcp"]
+
+
+def wait_for(predicate, timeout=DEADLINE, what=None):
+    """Poll ``predicate()`` until it is truthy; return its value.
+
+    Fails with an AssertionError naming ``what`` (a string, or a callable
+    returning one, evaluated at failure time) after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.0002
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            desc = what() if callable(what) else what
+            raise AssertionError("timed out after %.0f s waiting for %s"
+                                 % (timeout, desc or getattr(predicate, "__name__", predicate)))
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def free_tcp_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Endpoints:
+    """Fresh endpoint strings: ``endpoints("inproc" | "ipc" | "tcp")``."""
+
+    def __init__(self, ipc_dir):
+        self.ipc_dir = ipc_dir
+        self._n = itertools.count()
+
+    def __call__(self, transport):
+        n = next(self._n)
+        if transport == "inproc":
+            return "inproc://t%d-%s" % (n, uuid.uuid4().hex[:12])
+        if transport == "ipc":
+            return "ipc://%s/s%d.sock" % (self.ipc_dir, n)
+        if transport == "tcp":
+            return "tcp://127.0.0.1:%d" % free_tcp_port()
+        raise ValueError(transport)
+
+
+class Collector:
+    """A target that records what it is called with.
+
+    ``collector(msg)`` records ``msg``; ``collector(topic, msg)`` (with_topic)
+    records ``(topic, msg)``.  Messages equal to PROBE are only counted
+    (``.probes``).  ``record`` (optional) is called with the same arguments
+    before recording, on the delivery thread, and may raise.
+    """
+
+    def __init__(self, record=None):
+        self.items = []
+        self.probes = 0
+        self.calls = 0
+        self.cond = threading.Condition()
+        self._want = None
+        self._record = record
+
+    def __call__(self, *args):
+        msg = args[-1]
+        with self.cond:
+            self.calls += 1
+            if isinstance(msg, str) and msg == PROBE:
+                self.probes += 1
+                self.cond.notify_all()
+                return
+        if self._record is not None:
+            self._record(*args)
+        with self.cond:
+            self.items.append(args[0] if len(args) == 1 else tuple(args))
+            if self._want is None or len(self.items) >= self._want:
+                self.cond.notify_all()
+
+    def __len__(self):
+        with self.cond:
+            return len(self.items)
+
+    def wait(self, n, timeout=DEADLINE, pump=None):
+        """Wait until at least ``n`` data messages were recorded.
+
+        ``pump`` (caller mode): called repeatedly (e.g. a short ``sub.poll``)
+        instead of waiting on the condition.
+        """
+        deadline = time.monotonic() + timeout
+        if pump is not None:
+            while len(self) < n:
+                if time.monotonic() >= deadline:
+                    break
+                pump()
+        else:
+            with self.cond:
+                self._want = n
+                self.cond.wait_for(lambda: len(self.items) >= n, timeout)
+                self._want = None
+        got = len(self)
+        assert got >= n, ("timed out after %.0f s: %d of %d messages arrived"
+                          % (timeout, got, n))
+
+    def wait_probe(self, timeout):
+        with self.cond:
+            return self.cond.wait_for(lambda: self.probes > 0, timeout)
+
+
+def make_pump(sub, interval=0.01):
+    """For caller mode: one short poll on the calling thread."""
+    def pump():
+        sub.poll(timeout=interval)
+    return pump
+
+
+def warm_up(pub, collector, pump=None, topic=PROBE_TOPIC, timeout=DEADLINE):
+    """Send probes until one arrives (PUB/SUB slow-joiner), then return.
+
+    After this the subscription is known to be connected and subscribed; the
+    probes still in flight are counted by the collector, never recorded.
+    """
+    deadline = time.monotonic() + timeout
+    sent = 0
+    while collector.probes == 0:
+        if time.monotonic() >= deadline:
+            raise AssertionError("no probe arrived within %.0f s (%d sent): the "
+                                 "subscription never connected" % (timeout, sent))
+        pub.send(topic, PROBE)
+        sent += 1
+        if pump is not None:
+            pump()
+        else:
+            collector.wait_probe(0.01)
+
+
+def mode_kwargs(mode):
+    """subscribe() keyword arguments for a delivery mode name."""
+    if mode == "native":
+        return {}
+    if mode == "python":
+        return {"thread_factory": upcall.python_threads}
+    if mode == "caller":
+        return {"delivery": "caller"}
+    raise ValueError(mode)
+
+
+def thread_count():
+    """Threads of this process (kernel view, includes detached native ones)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def fd_count():
+    """Open file descriptors of this process."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+class Sender(threading.Thread):
+    """Send ``messages`` [(topic, obj), ...] on ``pub`` from another thread.
+
+    Keeps the test's main thread free to wait or poll (caller mode), and
+    keeps a blocking PUSH send (high-water mark) from deadlocking the test.
+    Call ``finish()`` to join it and re-raise what it raised.
+    """
+
+    def __init__(self, pub, messages, packed=False):
+        super().__init__(name="test-sender", daemon=True)
+        self.pub = pub
+        self.messages = messages
+        self.packed = packed
+        self.error = None
+
+    def run(self):
+        try:
+            send = self.pub.send_packed if self.packed else self.pub.send
+            for topic, obj in self.messages:
+                send(topic, obj)
+        except BaseException as e:  # reported by finish()
+            self.error = e
+
+    def finish(self, timeout=DEADLINE):
+        self.join(timeout)
+        assert not self.is_alive(), "sender thread still blocked after %.0f s" % timeout
+        if self.error is not None:
+            raise self.error
+
+
+def make_msg(i):
+    """A small message with a few types; distinct for every i."""
+    return {"i": i, "s": "m%d" % i, "f": i / 4.0, "l": [i, -i, None, True],
+            "b": bytes([i % 256]) * (i % 5)}
