@@ -1,0 +1,668 @@
+"""Bus section of bench_upcalls.py: the bus end to end, against pyzmq.
+
+For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
+
+* ``native``          upcall subscription delivered on the core's own thread
+* ``python_threads``  upcall subscription delivered on a ``threading.Thread``
+* ``caller``          upcall subscription in caller mode, ``sub.poll()`` on
+                      the main thread
+* ``pyzmq+msgspec``   what a careful pyzmq user writes: a Python thread that
+                      polls, then drains with non-blocking receives (two
+                      ``recv`` calls per message, faster than
+                      ``recv_multipart``), decodes with
+                      ``msgspec.msgpack.Decoder().decode`` and calls the target
+* ``pyzmq+msgpack``   the same loop decoding with ``msgpack.unpackb``
+
+it measures:
+
+Throughput (PUSH/PULL, nothing may be lost)
+    A peer process (:mod:`upcall.bench.peer`; for inproc, a publisher thread
+    of this process on the same context) opens a PUSH that *connects* to the
+    endpoint with SNDHWM 0 and sends all N messages before anybody listens.
+    With zmq a connecting socket gets its pipe at connect time, so the whole
+    flood is queued in the publisher when it says "ready"; only then does the
+    subscriber *bind* the endpoint, the connection (re)tries and the flood
+    drains.  The clock starts at the first message seen by the target and
+    stops at the N-th: that is the subscriber's capacity (how fast it takes
+    queued messages out of zmq, decodes them and calls the target), not the
+    publisher's, and the connection set-up time is not in it.
+    ``rate`` = delivered messages/s over that span; ``cpu_us_per_msg`` = this
+    process's CPU time (``getrusage``: all threads, libzmq's I/O thread
+    included; the publisher is another process) over the same span per
+    message; ``lost`` = N - delivered (summed over the repeats).
+
+Round-trip latency
+    Over a second pair of sockets: the peer sends a ping (the same message),
+    the subscription's target answers with one pre-packed message through an
+    upcall Publisher (upcall rows) or a pyzmq socket (pyzmq rows), and the
+    peer waits for it: one message in flight at a time, ``--bus-rtt`` round
+    trips after a warm-up.  The peer is the same program for every row (pyzmq
+    when installed), so the rows differ only in the responder.  For inproc
+    the pinger is a thread of this process, written with the row's own
+    library (it needs the row's context), so inproc latencies compare two
+    different pingers and share one interpreter with the responder.
+
+Variants are interleaved (A B C D E, B C D E A, ...), repeated, and reported
+as median (min-max); before each timed run the machine must be idle
+(``/proc/stat``) and a run disturbed by other processes is redone (see
+:mod:`upcall.bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
+same transport and the same run.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import math
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+from upcall.bench import measure, report
+from upcall.bench.peer import (TOPIC, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
+                               ping_zmq, small_payload)
+
+TRANSPORTS = ["inproc", "ipc", "tcp"]
+UPCALL_MODES = ["native", "python_threads", "caller"]
+PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack"]
+MODES = UPCALL_MODES + PYZMQ_MODES
+REFERENCE = "pyzmq+msgspec"
+
+DEFAULT_N = 200_000
+DEFAULT_RTT = 20_000
+DEFAULT_REPEATS = 3
+QUICK_N = 2_000
+QUICK_RTT = 200
+
+#: A drain that makes no progress for this long is given up (the rest is lost).
+STALL_SECONDS = 5.0
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("bus section")
+    g.add_argument("--bus-n", type=int, default=None,
+                   help=f"messages per throughput run (default {DEFAULT_N:,}; quick {QUICK_N:,})")
+    g.add_argument("--bus-rtt", type=int, default=None,
+                   help=f"round trips per latency run (default {DEFAULT_RTT:,}; quick {QUICK_RTT})")
+    g.add_argument("--bus-repeats", type=int, default=None,
+                   help=f"runs of each variant (default {DEFAULT_REPEATS}; quick 1)")
+    g.add_argument("--bus-transports", default=",".join(TRANSPORTS),
+                   help="comma-separated subset of inproc,ipc,tcp")
+    g.add_argument("--bus-modes", default=",".join(MODES),
+                   help="comma-separated subset of " + ",".join(MODES))
+    g.add_argument("--bus-batch", type=int, default=None,
+                   help="batch= for the upcall subscriptions (default: the library's)")
+    g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
+                   help="library of the peer process (default: pyzmq if installed)")
+    g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+
+
+# ---- what is available ----------------------------------------------------------
+
+def _upcall_bus():
+    """The module with Bus / python_threads, or None if the bus is not built."""
+    try:
+        import upcall
+        if hasattr(upcall, "Bus"):
+            return upcall
+        from upcall import _bus
+        return _bus
+    except ImportError:
+        return None
+
+
+def _decoder(mode: str) -> Callable[[bytes], Any] | None:
+    try:
+        if mode == "pyzmq+msgspec":
+            import msgspec
+            return msgspec.msgpack.Decoder().decode
+        if mode == "pyzmq+msgpack":
+            import msgpack
+            return msgpack.unpackb
+    except ImportError:
+        return None
+    return None
+
+
+def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
+    """(modes that can run here, notes on the ones that cannot)."""
+    ok, notes = [], []
+    ub = _upcall_bus()
+    zmq_ok = have_pyzmq()
+    for m in wanted:
+        if m in UPCALL_MODES:
+            if ub is None:
+                notes.append(f"{m}: upcall._bus not built")
+                continue
+        elif m in PYZMQ_MODES:
+            if not zmq_ok:
+                notes.append(f"{m}: pyzmq not installed")
+                continue
+            if _decoder(m) is None:
+                notes.append(f"{m}: {m.split('+')[1]} not installed")
+                continue
+        else:
+            raise ValueError(f"unknown bus mode {m!r}")
+        ok.append(m)
+    return ok, notes
+
+
+# ---- endpoints ------------------------------------------------------------------
+
+class Endpoints:
+    """Fresh endpoints per run, so no run sees another's leftovers."""
+
+    def __init__(self):
+        self._k = itertools.count()
+        self._dir: str | None = None
+
+    def new(self, transport: str) -> str:
+        k = next(self._k)
+        if transport == "inproc":
+            return f"inproc://upcall-bench-{os.getpid()}-{k}"
+        if transport == "ipc":
+            if self._dir is None:
+                self._dir = tempfile.mkdtemp(prefix="upcall-bench-")
+            return f"ipc://{self._dir}/{k}.sock"
+        if transport == "tcp":
+            # The subscriber binds after the publisher connects, so the port
+            # must be known first: ask the kernel for a free one.
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        raise ValueError(f"unknown transport {transport!r}")
+
+    def cleanup(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+# ---- the peer process ---------------------------------------------------------------
+
+class PeerProcess:
+    """``python -m upcall.bench.peer`` driven by JSON lines."""
+
+    def __init__(self, backend: str | None = None):
+        cmd = [sys.executable, "-m", "upcall.bench.peer"]
+        if backend:
+            cmd += ["--backend", backend]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1, env=env)
+        self.hello = self._answer(60.0)
+        self.backend = self.hello.get("backend")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def readable(self, timeout: float = 0.0) -> bool:
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return bool(r)
+
+    def _answer(self, timeout: float) -> dict:
+        if not self.readable(timeout):
+            raise TimeoutError(f"bench peer gave no answer within {timeout}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench peer exited (status {self.proc.poll()})")
+        return json.loads(line)
+
+    def send(self, **req) -> None:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, timeout: float = 120.0, **req) -> dict:
+        self.send(**req)
+        return self.answer(timeout)
+
+    def answer(self, timeout: float = 120.0) -> dict:
+        res = self._answer(timeout)
+        if not res.get("ok"):
+            raise RuntimeError(f"bench peer: {res.get('error')}")
+        return res
+
+    def close(self) -> None:
+        try:
+            self.request(timeout=10.0, cmd="quit")
+        except Exception:
+            pass
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---- the target -----------------------------------------------------------------
+
+class Counting:
+    """The target of the throughput runs: counts, times first to n-th message."""
+
+    def __init__(self, n: int):
+        if n < 2:
+            raise ValueError("need at least 2 messages to time a drain")
+        self.n = n
+        self.done = threading.Event()
+        self.span = measure.CpuSpan()
+        span, done = self.span, self.done
+        count = 0
+
+        def target(msg):
+            nonlocal count
+            count += 1
+            if count == 1:
+                span.mark()
+            elif count == n:
+                span.stop()
+                done.set()
+
+        def delivered():
+            return count
+
+        self.target = target
+        self.delivered = delivered
+
+    def wait(self, poll: Callable[[float], Any] | None = None) -> bool:
+        """Wait until n delivered or no progress for STALL_SECONDS.
+
+        ``poll(timeout)``, if given, is called on this thread instead of
+        sleeping (caller mode).
+        """
+        last, last_t = -1, time.monotonic()
+        while not self.done.is_set():
+            if poll is not None:
+                poll(0.2)
+            else:
+                self.done.wait(0.2)
+            now, c = time.monotonic(), self.delivered()
+            if c != last:
+                last, last_t = c, now
+            elif now - last_t > STALL_SECONDS:
+                return False
+        return True
+
+
+# ---- receivers: how each mode consumes a PULL socket ------------------------------------
+
+class PyzmqLoop:
+    """A careful pyzmq receive loop on a Python thread.
+
+    Poll (a Poller built once), then drain with non-blocking ``recv`` calls,
+    two per message (topic, payload), decode the payload and call the target.
+    """
+
+    def __init__(self, ctx, endpoint: str, decode: Callable, target: Callable):
+        import zmq
+        self.sock = ctx.socket(zmq.PULL)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, args=(decode, target),
+                                       name="pyzmq-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self, decode, target):
+        import zmq
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poll, recv = poller.poll, self.sock.recv
+        nb, again = zmq.NOBLOCK, zmq.Again
+        while not self.stop:
+            if not poll(100):
+                continue
+            while True:
+                try:
+                    recv(nb)                    # topic
+                except again:
+                    break
+                target(decode(recv(nb)))        # payload: a multipart message arrives whole
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5.0)
+        self.sock.close()
+
+
+def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch: int | None):
+    kw: dict[str, Any] = {"kind": "pull", "bind": True}
+    if batch is not None:
+        kw["batch"] = batch
+    if mode == "caller":
+        kw["delivery"] = "caller"
+    elif mode == "python_threads":
+        kw["thread_factory"] = ub.python_threads
+    return bus.subscribe(endpoint, target, **kw)
+
+
+def _caller_poll(sub) -> Callable[[float], Any]:
+    def poll(timeout: float):
+        try:
+            sub.poll(timeout=timeout)
+        except Exception:
+            time.sleep(timeout)
+    return poll
+
+
+# ---- one throughput run -------------------------------------------------------------
+
+class FloodRun:
+    """prepare(): queue the flood; run(): bind, drain, time.  Repeatable."""
+
+    def __init__(self, bench: "BusBench", transport: str, mode: str):
+        self.b, self.transport, self.mode = bench, transport, mode
+        self.ctx = None         # bus (upcall) or zmq context (pyzmq) owned by this run
+        self.flood = None       # in-process flood socket / publisher
+        self.endpoint = ""
+
+    def _new_ctx(self):
+        if self.mode in UPCALL_MODES:
+            return self.b.ub.Bus()
+        import zmq
+        return zmq.Context(1)
+
+    def _drop_ctx(self):
+        if self.flood is not None:
+            self.flood.close()
+            self.flood = None
+        if self.ctx is not None:
+            if self.mode in UPCALL_MODES:
+                self.ctx.close()
+            else:
+                self.ctx.term()
+            self.ctx = None
+
+    def prepare(self):
+        self._drop_ctx()
+        self.b.close_peer_flood()
+        self.endpoint = self.b.endpoints.new(self.transport)
+        self.ctx = self._new_ctx()
+        n = self.b.n
+        if self.transport == "inproc":
+            # inproc needs one context: the publisher is a thread of this
+            # process on the subscriber's bus / context, done before we bind.
+            fn = flood_upcall if self.mode in UPCALL_MODES else flood_zmq
+            box = []
+            t = threading.Thread(target=lambda: box.append(
+                fn(self.ctx, self.endpoint, n, TOPIC, self.b.payload)), name="bench-flood")
+            t.start()
+            t.join()
+            if not box:
+                raise RuntimeError("in-process flood publisher failed")
+            self.flood = box[0]
+        else:
+            self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=n)
+            self.b.peer_flooding = True
+        gc.collect()
+
+    def run(self) -> dict:
+        n = self.b.n
+        c = Counting(n)
+        t0 = time.perf_counter()
+        if self.mode in UPCALL_MODES:
+            sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
+                                   self.b.batch)
+            try:
+                ok = c.wait(_caller_poll(sub) if self.mode == "caller" else None)
+                stats = dict(sub.stats)
+            finally:
+                sub.close(timeout=5.0)
+        else:
+            loop = PyzmqLoop(self.ctx, self.endpoint, _decoder(self.mode), c.target)
+            try:
+                ok = c.wait()
+            finally:
+                loop.close()
+            stats = {}
+        wall = time.perf_counter() - t0
+        delivered = c.delivered()
+        span = c.span
+        res = {"delivered": delivered, "lost": n - delivered, "complete": ok, "wall": wall,
+               "stats": stats}
+        if ok and span.wall > 0:
+            res.update(seconds=span.wall, rate=(n - 1) / span.wall,
+                       cpu_us_per_msg=span.cpu / (n - 1) * 1e6)
+        else:
+            res.update(seconds=math.nan, rate=math.nan, cpu_us_per_msg=math.nan)
+        self._drop_ctx()
+        self.b.close_peer_flood()
+        return res
+
+
+# ---- one latency run --------------------------------------------------------------
+
+class PingRun:
+    """Responder of the row's kind on (ping, pong); the pinger counts round trips."""
+
+    def __init__(self, bench: "BusBench", transport: str, mode: str):
+        self.b, self.transport, self.mode = bench, transport, mode
+
+    def prepare(self):
+        gc.collect()
+
+    def run(self) -> dict:
+        b = self.b
+        ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
+        payload = b.payload
+        upcall_row = self.mode in UPCALL_MODES
+        if upcall_row:
+            ctx = b.ub.Bus()
+            pub = ctx.publisher(pong_ep, kind="push", bind=True, linger=0.0)
+            send_packed = pub.send_packed
+
+            def reply(msg):
+                send_packed(TOPIC, payload)
+
+            responder = _open_upcall_sub(ctx, b.ub, self.mode, ping_ep, reply, b.batch)
+        else:
+            import zmq
+            ctx = zmq.Context(1)
+            pub = ctx.socket(zmq.PUSH)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind(pong_ep)
+            psend, more = pub.send, zmq.SNDMORE
+
+            def reply(msg):
+                psend(TOPIC, more)
+                psend(payload)
+
+            responder = PyzmqLoop(ctx, ping_ep, _decoder(self.mode), reply)
+        poll = _caller_poll(responder) if self.mode == "caller" else None
+        try:
+            if self.transport == "inproc":
+                res = self._ping_in_process(ctx, ping_ep, pong_ep, poll)
+            else:
+                b.peer.send(cmd="ping", ping=ping_ep, pong=pong_ep, count=b.rtt,
+                            warmup=b.warmup)
+                if poll is not None:
+                    deadline = time.monotonic() + 600
+                    while not b.peer.readable(0) and time.monotonic() < deadline:
+                        poll(0.1)
+                res = b.peer.answer(timeout=600)
+        finally:
+            responder.close()
+            pub.close()
+            if upcall_row:
+                ctx.close()
+            else:
+                ctx.term()
+        return res
+
+    def _ping_in_process(self, ctx, ping_ep, pong_ep, poll) -> dict:
+        b = self.b
+        fn = ping_upcall if self.mode in UPCALL_MODES else ping_zmq
+        box: list = []
+        t = threading.Thread(target=lambda: box.append(
+            fn(ctx, ping_ep, pong_ep, b.rtt, b.warmup, TOPIC, b.payload)),
+            name="bench-pinger", daemon=True)
+        t.start()
+        while t.is_alive():
+            if poll is not None:
+                poll(0.1)
+            else:
+                t.join(0.5)
+        if not box:
+            raise RuntimeError("in-process pinger failed")
+        if "error" in box[0]:
+            raise RuntimeError(box[0]["error"])
+        return box[0]
+
+
+# ---- the section ------------------------------------------------------------------
+
+class BusBench:
+    def __init__(self, opts):
+        def opt(name, default=None):
+            return getattr(opts, name, None) or default
+
+        quick = bool(opt("quick", False))
+        self.quick = quick
+        self.n = opt("bus_n", QUICK_N if quick else DEFAULT_N)
+        self.rtt = opt("bus_rtt", QUICK_RTT if quick else DEFAULT_RTT)
+        self.warmup = 20 if quick else 500
+        self.repeats = opt("bus_repeats", 1 if quick else DEFAULT_REPEATS)
+        self.batch = opt("bus_batch")
+        self.latency = not opt("bus_no_latency", False)
+        self.transports = [t for t in opt("bus_transports", ",".join(TRANSPORTS)).split(",") if t]
+        for t in self.transports:
+            if t not in TRANSPORTS:
+                raise SystemExit(f"--bus-transports: unknown transport {t!r}")
+        self.modes, self.notes = available_modes(
+            [m for m in opt("bus_modes", ",".join(MODES)).split(",") if m])
+        self.ub = _upcall_bus()
+        self.payload = small_payload()
+        self.endpoints = Endpoints()
+        self.peer: PeerProcess | None = None
+        self.peer_backend = opt("bus_peer")
+        self.peer_flooding = False
+        # Quick mode checks that everything runs: no waiting for a quiet machine.
+        self.stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
+                          else dict(retries=3, idle_timeout=30.0))
+
+    def close_peer_flood(self):
+        if self.peer_flooding and self.peer is not None:
+            self.peer.request(cmd="close_flood")
+            self.peer_flooding = False
+
+    def _stable(self, job) -> tuple[dict, measure.RunInfo]:
+        pids = [self.peer.pid] if self.peer is not None else []
+        return measure.run_stable(job.run, prepare=job.prepare, pids=pids, **self.stable_kw)
+
+    def run_transport(self, transport: str) -> list[dict]:
+        flood: dict[str, list] = {m: [] for m in self.modes}
+        ping: dict[str, list] = {m: [] for m in self.modes}
+        disturbed: dict[str, int] = {m: 0 for m in self.modes}
+        order = list(measure.interleave(self.modes, self.repeats))
+        for rep in range(self.repeats):
+            round_modes = [m for r, m in order if r == rep]
+            for mode in round_modes:
+                res, info = self._stable(FloodRun(self, transport, mode))
+                res["info"] = info
+                disturbed[mode] += info.disturbed
+                flood[mode].append(res)
+            if self.latency:
+                for mode in round_modes:
+                    res, info = self._stable(PingRun(self, transport, mode))
+                    disturbed[mode] += info.disturbed
+                    ping[mode].append(res)
+        return self._records(transport, flood, ping, disturbed)
+
+    def _records(self, transport, flood, ping, disturbed) -> list[dict]:
+        recs = []
+        for mode in self.modes:
+            rate = measure.summarize(r["rate"] for r in flood[mode])
+            cpu = measure.summarize(r["cpu_us_per_msg"] for r in flood[mode])
+            secs = measure.summarize(r["seconds"] for r in flood[mode])
+            p50 = measure.summarize(r.get("p50_us") for r in ping[mode])
+            p99 = measure.summarize(r.get("p99_us") for r in ping[mode])
+            recs.append({
+                "transport": transport, "mode": mode, "n": self.n,
+                "repeats": self.repeats,
+                "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
+                "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
+                "lost": sum(r["lost"] for r in flood[mode]),
+                "p50_us": p50.median, "p50_us_min": p50.min, "p50_us_max": p50.max,
+                "p99_us": p99.median, "p99_us_min": p99.min, "p99_us_max": p99.max,
+                "round_trips": self.rtt if self.latency else 0,
+                "seconds": secs.median,
+                "disturbed_runs": disturbed[mode],
+                "_s": {"rate": rate, "cpu": cpu, "p50": p50, "p99": p99},
+            })
+        ref = next((r for r in recs if r["mode"] == REFERENCE), None)
+        for r in recs:
+            r["rate_ratio"] = report.ratio(r["rate"], ref["rate"]) if ref else math.nan
+            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref["cpu_us_per_msg"]) if ref else math.nan
+            r["p50_ratio"] = report.ratio(r["p50_us"], ref["p50_us"]) if ref else math.nan
+        return recs
+
+    def print_table(self, transport: str, recs: list[dict]) -> None:
+        rng = report.fmt_range
+        cols = [
+            report.Column("mode"),
+            report.Column("rate", "msgs/s (min-max)", get=lambda r: r["_s"]["rate"],
+                          fmt=lambda s: rng(s, report.fmt_rate), align=">"),
+            report.Column("rate_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
+                          fmt=lambda s: rng(s, report.fmt_us), align=">"),
+            report.Column("cpu_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("lost", "lost"),
+        ]
+        if self.latency:
+            cols += [
+                report.Column("p50", "p50 us", get=lambda r: r["_s"]["p50"],
+                              fmt=lambda s: rng(s, report.fmt_us), align=">"),
+                report.Column("p50_ratio", "x", fmt=report.fmt_ratio),
+                report.Column("p99", "p99 us", get=lambda r: r["_s"]["p99"],
+                              fmt=lambda s: rng(s, report.fmt_us), align=">"),
+            ]
+        dist = sum(r["disturbed_runs"] for r in recs)
+        note = f"ratios: to {REFERENCE}" if any(r["mode"] == REFERENCE for r in recs) else None
+        if dist:
+            note = (note + "; " if note else "") + f"{dist} run(s) kept although disturbed"
+        title = (f"bus over {transport}: {self.n:,} msgs x {self.repeats}"
+                 + (f", {self.rtt:,} round trips" if self.latency else "")
+                 + f" (peer: {self._peer_label(transport)})")
+        report.print_table(recs, cols, title=title, note=note)
+
+    def _peer_label(self, transport):
+        if transport == "inproc":
+            return "thread in this process"
+        return f"process, {self.peer.backend}" if self.peer else "-"
+
+    def run(self) -> list[dict]:
+        print(f"\n## bus: {len(self.payload)}-byte msgpack map over PUSH/PULL, "
+              f"subscriber capacity on a pre-queued flood; round trips one at a time")
+        for note in self.notes:
+            print(f"   skipped {note}")
+        if not self.modes:
+            return []
+        records = []
+        try:
+            if any(t != "inproc" for t in self.transports):
+                self.peer = PeerProcess(self.peer_backend)
+            for transport in self.transports:
+                recs = self.run_transport(transport)
+                self.print_table(transport, recs)
+                records += recs
+        finally:
+            if self.peer is not None:
+                self.peer.close()
+            self.endpoints.cleanup()
+        for r in records:
+            r.pop("_s", None)
+        return records
+
+
+def run(opts) -> list[dict]:
+    return BusBench(opts).run()

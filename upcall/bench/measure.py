@@ -1,0 +1,308 @@
+"""Measuring helpers shared by the benchmark sections.
+
+The machines this runs on are small virtual machines whose speed swings by up
+to 2x for seconds at a time, and whatever else runs there (a build, a test
+suite) competes for the same two cores.  So every section measures the same
+way:
+
+* compare only within one run, as ratios;
+* interleave the variants (A B C A B C ...) so a slow spell hits all of them
+  (:func:`interleave`);
+* before each timed run wait until the machine is idle (:func:`wait_for_idle`,
+  from ``/proc/stat``), watch the run for CPU used by anything but the
+  processes taking part (:class:`LoadMonitor`) and redo a disturbed run
+  (:func:`run_stable`);
+* report the median of the repeats with their min-max (:class:`Summary`).
+
+CPU cost is process CPU time (user + system, all threads, from
+``resource.getrusage``), see :func:`process_cpu`; a section that wants CPU per
+operation divides it by the operations done in the same span.
+
+Everything degrades gracefully where ``/proc`` is missing (not Linux): the
+idle check then passes at once and no run counts as disturbed.
+"""
+from __future__ import annotations
+
+import math
+import os
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+__all__ = [
+    "process_cpu", "thread_cpu", "CpuSpan",
+    "cpu_jiffies", "busy_fraction", "wait_for_idle",
+    "LoadMonitor", "RunInfo", "run_stable",
+    "interleave", "percentile", "Summary", "summarize",
+]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+NCPU = os.cpu_count() or 1
+
+
+# ---- process CPU time ---------------------------------------------------
+
+def process_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process, all threads.
+
+    This includes threads Python does not know about (libzmq's I/O threads,
+    native delivery threads), which is why it is ``getrusage`` and not a
+    per-thread clock.
+    """
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def thread_cpu() -> float:
+    """CPU seconds used so far by the calling thread only."""
+    return time.thread_time()
+
+
+@dataclass
+class CpuSpan:
+    """Wall and process-CPU time between two points.
+
+    ``span = CpuSpan.start(); ...; span.stop()`` then ``span.wall`` and
+    ``span.cpu`` (seconds).  ``start``/``stop`` are cheap enough (one
+    ``getrusage``) to be called from inside a callback under test.
+    """
+    t0: float = 0.0
+    c0: float = 0.0
+    wall: float = math.nan
+    cpu: float = math.nan
+
+    @classmethod
+    def start(cls) -> "CpuSpan":
+        span = cls()
+        span.mark()
+        return span
+
+    def mark(self) -> None:
+        self.c0 = process_cpu()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> "CpuSpan":
+        t1 = time.perf_counter()
+        self.wall = t1 - self.t0
+        self.cpu = process_cpu() - self.c0
+        return self
+
+
+# ---- machine load from /proc/stat ---------------------------------------
+
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs since boot, or None without /proc.
+
+    Busy is everything but idle and iowait.
+    """
+    try:
+        with open("/proc/stat", "rb") as f:
+            line = f.readline()
+    except OSError:
+        return None
+    parts = line.split()
+    if not parts or parts[0] != b"cpu":
+        return None
+    vals = [int(v) for v in parts[1:]]
+    # user nice system idle iowait irq softirq steal guest guest_nice;
+    # guest time is already counted in user.
+    vals = vals[:8]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals)
+    return total - idle, total
+
+
+def busy_fraction(window: float = 0.2) -> float:
+    """Fraction of all CPUs busy over the next ``window`` seconds (0..1)."""
+    a = cpu_jiffies()
+    time.sleep(window)
+    b = cpu_jiffies()
+    if a is None or b is None or b[1] == a[1]:
+        return 0.0
+    return (b[0] - a[0]) / (b[1] - a[1])
+
+
+def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
+                  timeout: float = 60.0) -> tuple[bool, float]:
+    """Wait until the machine's CPUs are at most ``max_busy`` busy.
+
+    Samples ``busy_fraction(window)`` until one sample is quiet enough or
+    ``timeout`` seconds pass.  Returns (idle reached, last busy fraction).
+    ``max_busy`` is a fraction of *all* CPUs: 0.10 on 2 CPUs allows 20% of
+    one core (the sampling itself, a terminal, a stray daemon).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = busy_fraction(window)
+        if busy <= max_busy:
+            return True, busy
+        if time.monotonic() >= deadline:
+            return False, busy
+
+
+def _pid_jiffies(pid: int) -> int | None:
+    """utime + stime of a process, all its threads, in jiffies."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces: split after its ')'.
+    rest = data[data.rindex(b")") + 2:].split()
+    return int(rest[11]) + int(rest[12])     # fields 14 and 15
+
+
+class LoadMonitor:
+    """CPU used during a span by anything but the processes taking part.
+
+    ``mon = LoadMonitor(pids=[peer.pid]); mon.start(); ...; mon.stop()``
+    then ``mon.foreign`` is the CPU seconds used by other processes over the
+    span and ``mon.foreign_fraction`` that as a fraction of one CPU over the
+    span.  This process is always counted as taking part.  Resolution is one
+    jiffy (usually 10 ms), so short spans get a tolerance of a few jiffies.
+    """
+
+    def __init__(self, pids: Iterable[int] = ()):
+        self.pids = sorted({os.getpid(), *pids})
+        self.foreign = 0.0
+        self.wall = 0.0
+        self.foreign_fraction = 0.0
+        self._a: tuple[int, int] | None = None
+        self._own: dict[int, int | None] = {}
+        self._t0 = 0.0
+
+    def start(self) -> "LoadMonitor":
+        self._own = {p: _pid_jiffies(p) for p in self.pids}
+        self._a = cpu_jiffies()
+        self._t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> "LoadMonitor":
+        b = cpu_jiffies()
+        self.wall = time.perf_counter() - self._t0
+        own = 0
+        for p, before in self._own.items():
+            after = _pid_jiffies(p)
+            if before is not None and after is not None:
+                own += after - before
+        if self._a is None or b is None:
+            self.foreign = 0.0
+        else:
+            # Jiffies are counted per CPU; /proc/stat busy sums all CPUs.
+            self.foreign = max(0, (b[0] - self._a[0]) - own) / _CLK_TCK
+        self.foreign_fraction = self.foreign / self.wall if self.wall > 0 else 0.0
+        return self
+
+    def disturbed(self, max_fraction: float = 0.15, slack_jiffies: int = 4) -> bool:
+        """True if others used more than ``max_fraction`` of one CPU.
+
+        ``slack_jiffies`` of foreign time are always tolerated (rounding of
+        the counters, the kernel's own housekeeping).
+        """
+        allowed = max_fraction * self.wall + slack_jiffies / _CLK_TCK
+        return self.foreign > allowed
+
+
+@dataclass
+class RunInfo:
+    """How a :func:`run_stable` run went."""
+    attempts: int = 0
+    disturbed: bool = False        # the run kept was still disturbed
+    idle_before: bool = True       # the idle check passed before the kept run
+    busy_before: float = 0.0       # busy fraction seen by the last idle check
+    foreign_fraction: float = 0.0  # others' CPU during the kept run (of one CPU)
+
+
+def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int = 3,
+               max_busy: float = 0.10, idle_timeout: float = 30.0,
+               max_foreign: float = 0.15,
+               prepare: Callable[[], Any] | None = None) -> tuple[Any, RunInfo]:
+    """Run ``fn()`` on a quiet machine; redo it if something disturbed it.
+
+    Before each attempt: ``prepare()`` if given (set-up that must not be
+    timed, such as queueing a flood), then wait for the CPUs to be idle.
+    During the attempt, :class:`LoadMonitor` watches for foreign CPU use
+    (``pids`` are the other processes taking part, e.g. a peer).  A disturbed
+    attempt is redone, up to ``retries`` extra attempts; the last attempt is
+    kept either way and ``RunInfo.disturbed`` says whether it was clean.
+    ``fn`` must therefore be repeatable (fresh sockets each time).
+    """
+    info = RunInfo()
+    pids = list(pids)
+    result = None
+    for attempt in range(retries + 1):
+        info.attempts = attempt + 1
+        if prepare is not None:
+            prepare()
+        info.idle_before, info.busy_before = wait_for_idle(max_busy, timeout=idle_timeout)
+        mon = LoadMonitor(pids).start()
+        result = fn()
+        mon.stop()
+        info.foreign_fraction = mon.foreign_fraction
+        info.disturbed = mon.disturbed(max_foreign)
+        if not info.disturbed:
+            break
+    return result, info
+
+
+# ---- ordering ------------------------------------------------------------
+
+def interleave(variants: Sequence[Any], repeats: int, rotate: bool = True) -> Iterator[tuple[int, Any]]:
+    """Yield (repeat, variant): A B C, A B C, ... ``repeats`` times.
+
+    With ``rotate`` each round starts one variant later (A B C, B C A, ...)
+    so no variant always runs first after a pause.
+    """
+    k = len(variants)
+    for rep in range(repeats):
+        shift = rep % k if (rotate and k) else 0
+        for i in range(k):
+            yield rep, variants[(i + shift) % k]
+
+
+# ---- statistics ----------------------------------------------------------
+
+def percentile(values: Sequence[float], p: float, *, presorted: bool = False) -> float:
+    """The p-th percentile (0..100) with linear interpolation between ranks.
+
+    NaN for an empty sequence.  Pass ``presorted=True`` to skip the sort.
+    """
+    if not values:
+        return math.nan
+    xs = values if presorted else sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * min(max(p, 0.0), 100.0) / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    frac = pos - lo
+    return float(xs[lo] + (xs[hi] - xs[lo]) * frac)
+
+
+@dataclass
+class Summary:
+    """Median of the repeats, with min and max; NaN values are ignored."""
+    median: float = math.nan
+    min: float = math.nan
+    max: float = math.nan
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def ratio_to(self, other: "Summary") -> float:
+        """median / other.median (NaN when either is missing or zero)."""
+        if not (self.median == self.median) or not (other.median == other.median) or other.median == 0:
+            return math.nan
+        return self.median / other.median
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """Summarise repeated measurements of one figure."""
+    xs = [float(v) for v in values if v is not None and v == v]
+    if not xs:
+        return Summary()
+    return Summary(statistics.median(xs), min(xs), max(xs), xs)

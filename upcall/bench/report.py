@@ -1,0 +1,154 @@
+"""Plain-text tables for the benchmark sections.
+
+A table is a list of :class:`Column` and a list of rows (dicts).  Each
+column takes its value from the row by key (or with a function), formats it,
+and aligns it: text left, numbers right.  Missing values print as ``-``.
+
+    cols = [Column("mode", "mode"),
+            Column("rate", "msgs/s", fmt=fmt_rate),
+            Column("rate_ratio", "x pyzmq", fmt=fmt_ratio)]
+    print(render(rows, cols, title="tcp"))
+
+Formatting helpers: :func:`fmt_rate` (1.23M), :func:`fmt_num`,
+:func:`fmt_ratio` (3.10x), :func:`fmt_range` (a median with its min-max from
+:class:`upcall.bench.measure.Summary`), :func:`ratio`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+__all__ = ["Column", "render", "print_table", "ratio", "fmt_rate", "fmt_num",
+           "fmt_ratio", "fmt_range", "fmt_us"]
+
+MISSING = "-"
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def ratio(a: Any, b: Any) -> float:
+    """a / b, NaN if either is missing or b is zero."""
+    if _missing(a) or _missing(b) or b == 0:
+        return math.nan
+    return a / b
+
+
+def fmt_num(v: Any, digits: int = 2) -> str:
+    """A number with ``digits`` decimals; integers as integers."""
+    if _missing(v):
+        return MISSING
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:.{digits}f}"
+
+
+def fmt_rate(v: Any) -> str:
+    """An events-per-second figure with a k/M suffix: 1.23M, 456k, 12.3."""
+    if _missing(v):
+        return MISSING
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.2f}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.0f}k"
+    if a >= 1e3:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.1f}"
+
+
+def fmt_us(v: Any) -> str:
+    """Microseconds with sensible precision: 0.83, 12.4, 153."""
+    if _missing(v):
+        return MISSING
+    a = abs(v)
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def fmt_ratio(v: Any) -> str:
+    """A ratio as 3.10x (two decimals), ``-`` when missing."""
+    if _missing(v):
+        return MISSING
+    return f"{v:.2f}x"
+
+
+def fmt_range(summary: Any, fmt: Callable[[Any], str] = fmt_num, *, spread: bool = True) -> str:
+    """``median (min-max)`` of a Summary; only the median if one value or ``spread`` off."""
+    med = getattr(summary, "median", summary)
+    text = fmt(med)
+    lo, hi = getattr(summary, "min", None), getattr(summary, "max", None)
+    n = getattr(summary, "n", 1)
+    if spread and n > 1 and not _missing(lo) and not _missing(hi):
+        text += f" ({fmt(lo)}-{fmt(hi)})"
+    return text
+
+
+@dataclass
+class Column:
+    """One column: where its value comes from and how it is shown.
+
+    ``key`` is looked up in each row unless ``get`` is given (``get(row)``).
+    ``fmt`` turns the value into text (default: str, or :func:`fmt_num` for
+    numbers).  ``align`` is ``"<"`` or ``">"``; by default numbers and
+    formatted numbers are right-aligned, text left-aligned.
+    """
+    key: str
+    header: str | None = None
+    fmt: Callable[[Any], str] | None = None
+    align: str | None = None
+    get: Callable[[dict], Any] | None = None
+
+    def value(self, row: dict) -> Any:
+        return self.get(row) if self.get is not None else row.get(self.key)
+
+    def text(self, row: dict) -> str:
+        v = self.value(row)
+        if self.fmt is not None:
+            return self.fmt(v)
+        if _missing(v):
+            return MISSING
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return fmt_num(v)
+        return str(v)
+
+    def alignment(self, rows: Sequence[dict]) -> str:
+        if self.align:
+            return self.align
+        for row in rows:
+            v = self.value(row)
+            if not _missing(v):
+                return ">" if isinstance(v, (int, float)) or not isinstance(v, str) else "<"
+        return ">"
+
+
+def render(rows: Iterable[dict], columns: Sequence[Column], title: str | None = None,
+           note: str | None = None) -> str:
+    """The table as text: optional title, header, rule, one line per row, note."""
+    rows = list(rows)
+    headers = [c.header if c.header is not None else c.key for c in columns]
+    cells = [[c.text(r) for c in columns] for r in rows]
+    widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headers)]
+    aligns = [c.alignment(rows) for c in columns]
+    out = []
+    if title:
+        out.append(title)
+    out.append("  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths)).rstrip())
+    out.append("  ".join("-" * w for w in widths))
+    for line in cells:
+        out.append("  ".join(f"{t:{a}{w}}" for t, a, w in zip(line, aligns, widths)).rstrip())
+    if note:
+        out.append(note)
+    return "\n".join(out)
+
+
+def print_table(rows: Iterable[dict], columns: Sequence[Column], title: str | None = None,
+                note: str | None = None) -> None:
+    """Print :func:`render` with a blank line before it, flushed at once."""
+    print()
+    print(render(rows, columns, title, note), flush=True)
