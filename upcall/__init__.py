@@ -2,8 +2,7 @@
 
 The codec (``packb``/``unpackb``, ``Encoder``/``Decoder``) is msgpack; the
 bus (``Bus``, ``Subscription``, ``Publisher``) delivers decoded messages to
-Python callables or ``Handler`` extension types on native or Python-made
-threads.  See README.md and docs/.
+Python callables on native or Python-made threads.  See README.md and docs/.
 """
 from upcall._codec import (  # noqa: F401
     DecodeError,
@@ -14,5 +13,20 @@ from upcall._codec import (  # noqa: F401
     packb,
     unpackb,
 )
+from upcall._bus import (  # noqa: F401
+    DEFAULT_BATCH,
+    Bus,
+    Publisher,
+    StopDelivery,
+    Subscription,
+    native_threads,
+    python_threads,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "native_threads", "python_threads",
+    "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
+]

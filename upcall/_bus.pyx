@@ -1,0 +1,359 @@
+# cython: language_level=3
+"""The bus: subscriptions delivering decoded msgpack messages to Python
+callables on native or Python-made threads, and publishers.
+
+One extension module built from one .pxi per concept:
+  _trampoline.pxi   the C delivery callbacks that cross the GIL once per batch
+  _threads.pxi      thread factories (native, python_threads, any callable)
+  _subscription.pxi Subscription
+  _publisher.pxi    Publisher
+and, here, Bus and the registry that closes every bus before interpreter exit.
+"""
+cimport cython
+from libc.errno cimport errno, EINVAL, EPROTONOSUPPORT
+from libc.stdint cimport uint64_t, int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset, strncpy
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+
+from upcall.includes.bus cimport *
+from upcall.includes.python cimport *
+from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
+from upcall._codec cimport Encoder, Decoder
+
+import atexit
+import itertools
+import math
+import threading
+import time
+
+from upcall._codec import DecodeError
+
+
+class StopDelivery(Exception):
+    """Raise from a target to end its subscription cleanly (no error is reported)."""
+
+
+include "_trampoline.pxi"
+include "_threads.pxi"
+include "_subscription.pxi"
+include "_publisher.pxi"
+
+
+# ---- the registry: every open bus is closed before finalization ----------
+
+# How long closing at exit waits for targets still running.
+EXIT_TIMEOUT = 5.0
+
+_open_buses = set()
+_exit_hook_installed = False
+
+
+def _close_all_at_exit():
+    """Close every open bus before the interpreter finalizes.
+
+    Registered with threading's exit hooks, which run before Python waits for
+    non-daemon threads (so a loop running on an executor's thread is stopped
+    before the executor waits for it) and long before finalization.
+    """
+    global _exiting
+    _exiting = 1          # loops stop instead of starting another batch
+    for bus in list(_open_buses):
+        try:
+            bus.close(timeout=EXIT_TIMEOUT)
+        except Exception as exc:  # a stuck target: report, do not hang exit
+            import sys
+            print(f"upcall: at exit: {exc}", file=sys.stderr)
+
+
+def _install_exit_hook():
+    # threading's hooks run in reverse order of registration; registering
+    # (again) after anything else keeps ours ahead of e.g. concurrent.futures,
+    # which would otherwise wait for a worker that is running one of our loops.
+    global _exit_hook_installed
+    hooks = getattr(threading, "_threading_atexits", None)
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        if not _exit_hook_installed:
+            atexit.register(_close_all_at_exit)
+    elif hooks is None or not hooks or hooks[-1] is not _close_all_at_exit:
+        try:
+            register(_close_all_at_exit)
+        except RuntimeError:       # already shutting down
+            pass
+    _exit_hook_installed = True
+
+
+cdef object _check_factory(object factory, str name):
+    if factory is None or factory is native_threads or callable(factory):
+        return factory
+    raise TypeError(f"{name} must be callable, upcall.native_threads, "
+                    f"upcall.python_threads or None, not {type(factory).__name__}")
+
+
+cdef bytes _endpoint_bytes(object endpoint):
+    if not isinstance(endpoint, str):
+        raise TypeError(f"endpoint must be a str such as 'tcp://127.0.0.1:5556', "
+                        f"not {type(endpoint).__name__}")
+    if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ValueError(f"endpoint must start with tcp://, ipc:// or inproc://: {endpoint!r}")
+    return (<str>endpoint).encode("utf-8")
+
+
+cdef int _hwm(object value, str name) except -2:
+    if value is None:
+        return -1
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+    if value < 0 or value > 2 ** 31 - 1:
+        raise ValueError(f"{name} must be >= 0 (0: no limit), not {value!r}")
+    return value
+
+
+@cython.final
+cdef class Bus:
+    """A zmq context and every subscription and publisher opened on it.
+
+    ``Bus(io_threads=1, thread_factory=None)``: ``io_threads`` are libzmq's
+    I/O threads; ``thread_factory`` is the default for subscriptions
+    (None or ``upcall.native_threads``: the core's own threads;
+    ``upcall.python_threads``; or any callable ``factory(run)``).
+    A context manager: leaving it closes everything.
+    """
+    cdef uc_bus *_c
+    cdef object _factory
+    cdef set _subs
+    cdef set _pubs
+    cdef bint _closed
+
+    def __cinit__(self):
+        self._c = NULL
+
+    def __init__(self, io_threads=1, thread_factory=None):
+        cdef int err = 0
+        if not isinstance(io_threads, int) or isinstance(io_threads, bool):
+            raise TypeError(f"io_threads must be an int, not {type(io_threads).__name__}")
+        if not 0 <= io_threads <= 64:
+            raise ValueError(f"io_threads must be between 0 and 64, not {io_threads!r}")
+        self._factory = _check_factory(thread_factory, "thread_factory")
+        self._subs = set()
+        self._pubs = set()
+        self._c = uc_bus_new(io_threads, &err)
+        if self._c == NULL:
+            _raise_uc(err, "Bus()")
+        _open_buses.add(self)
+        _install_exit_hook()
+
+    def __dealloc__(self):
+        if self._c != NULL:
+            with nogil:
+                uc_bus_free(self._c)
+            self._c = NULL
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"{len(self._subs)} subscriptions, {len(self._pubs)} publishers"
+        return f"<upcall.Bus {state}>"
+
+    @property
+    def closed(self):
+        return self._closed
+
+    cdef _check_open(self):
+        if self._closed:
+            raise ValueError("the bus is closed")
+
+    def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
+                  batch=None, delivery="thread", thread_factory=None, gil="adopt",
+                  with_topic=False, on_error=None, rcvhwm=None, max_message_size=None):
+        """Deliver each message arriving at ``endpoint`` to ``target``.
+
+        ``target(msg)`` gets the decoded payload (``target(topic, msg)`` with
+        ``with_topic=True``).  ``kind``: "sub" (topic prefix filtering with
+        ``topics``) or "pull".  ``bind``: bind instead of connect.  ``batch``:
+        most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
+        "thread" (a loop on a thread from ``thread_factory``) or "caller"
+        (no thread: call ``poll()``).  ``gil``: "adopt" (a native thread keeps
+        one thread state) or "per-upcall" (PyGILState_Ensure per message, for
+        comparison).  ``on_error(exc, msg)`` receives exceptions raised by the
+        target and decode errors (default: sys.unraisablehook).  ``rcvhwm``:
+        zmq receive high-water mark (0: no limit).  ``max_message_size``: bytes;
+        larger messages are refused by libzmq (ZMQ_MAXMSGSIZE).
+        """
+        cdef uc_sub_opts o
+        cdef int err = 0
+        cdef Py_ssize_t i
+        cdef uc_frame *frames = NULL
+        self._check_open()
+        ep = _endpoint_bytes(endpoint)
+        if not callable(target):
+            raise TypeError(f"target must be callable, not {type(target).__name__}")
+        if on_error is not None and not callable(on_error):
+            raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
+        if kind not in ("sub", "pull"):
+            raise ValueError(f"kind must be 'sub' or 'pull', not {kind!r}")
+        if delivery not in ("thread", "caller"):
+            raise ValueError(f"delivery must be 'thread' or 'caller', not {delivery!r}")
+        if gil not in ("adopt", "per-upcall"):
+            raise ValueError(f"gil must be 'adopt' or 'per-upcall', not {gil!r}")
+        if batch is None:
+            batch = DEFAULT_BATCH
+        elif not isinstance(batch, int) or isinstance(batch, bool):
+            raise TypeError(f"batch must be an int or None, not {type(batch).__name__}")
+        elif not 1 <= batch <= 1_000_000:
+            raise ValueError(f"batch must be between 1 and 1000000, not {batch!r}")
+        if isinstance(topics, (bytes, str)):
+            raise TypeError("topics must be an iterable of bytes/str prefixes, "
+                            "not a single bytes/str (wrap it in a list)")
+        try:
+            topic_list = [t.encode("utf-8") if isinstance(t, str) else bytes(t)
+                          if isinstance(t, (bytes, bytearray, memoryview)) else _bad_topic(t)
+                          for t in topics]
+        except TypeError as exc:
+            raise TypeError(f"topics: {exc}") from None
+        if kind == "pull" and topic_list not in ([], [b""]):
+            raise ValueError("topics apply to kind='sub' only; a pull socket receives everything")
+        factory = _check_factory(thread_factory, "thread_factory")
+        if factory is None:
+            factory = self._factory
+        mms = -1
+        if max_message_size is not None:
+            if not isinstance(max_message_size, int) or isinstance(max_message_size, bool):
+                raise TypeError("max_message_size must be an int or None")
+            if max_message_size < 1:
+                raise ValueError(f"max_message_size must be >= 1, not {max_message_size!r}")
+            mms = max_message_size
+
+        cdef Subscription sub = Subscription.__new__(Subscription)
+        sub._bus = self
+        sub.endpoint = endpoint
+        sub._target = target
+        sub._on_error = on_error
+        sub._decoder = Decoder()
+        sub._with_topic = bool(with_topic)
+        sub._caller = delivery == "caller"
+        sub._topics = tuple(topic_list)
+        sub._st.gil_mode = GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT
+        sub._st.owner = <PyObject *>sub
+        sub._st.adopted = 0
+
+        memset(&o, 0, sizeof(o))
+        o.kind = UC_SUB if kind == "sub" else UC_PULL
+        o.endpoint = ep
+        o.bind = 1 if bind else 0
+        o.batch = batch
+        o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
+        o.max_message_size = mms
+        o.deliver = _deliver
+        o.ctx = &sub._st
+        if kind == "sub":
+            frames = <uc_frame *>malloc(max(1, len(topic_list)) * sizeof(uc_frame))
+            if frames == NULL:
+                raise MemoryError()
+            for i, t in enumerate(topic_list):
+                frames[i].data = <const char *>(<bytes>t)
+                frames[i].size = len(<bytes>t)
+            o.topics = frames
+            o.n_topics = len(topic_list)
+        if not sub._caller:
+            o.on_exit = _loop_exit
+            sub._run_name = _next_thread_name()
+            if factory is None or factory is native_threads:
+                sub._run_name_b = sub._run_name.encode() + b"\0"
+                sub._thread_name = sub._run_name
+                o.start = _start_native
+                o.start_ctx = <void *><const char *>sub._run_name_b
+            else:
+                if factory is python_threads:
+                    sub._thread_name = sub._run_name
+                sub._factory = factory
+                o.start = _start_python
+                o.start_ctx = <void *>sub
+                _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
+            Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
+        try:
+            sub._c = uc_sub_open(self._c, &o, &err)
+        finally:
+            free(frames)
+        if sub._c == NULL:
+            sub._st.owner = NULL
+            if not sub._caller:
+                Py_DECREF(sub)         # the loop will never run
+            if sub._start_error is not None:
+                raise sub._start_error
+            _raise_uc(err, f"subscribe({endpoint!r})")
+        self._subs.add(sub)
+        return sub
+
+    def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0):
+        """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
+
+        ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
+        mark (0: no limit).  ``linger``: seconds that unsent messages may keep
+        the socket open at close.
+        """
+        cdef uc_pub_opts o
+        cdef int err = 0
+        self._check_open()
+        ep = _endpoint_bytes(endpoint)
+        if kind not in ("pub", "push"):
+            raise ValueError(f"kind must be 'pub' or 'push', not {kind!r}")
+        memset(&o, 0, sizeof(o))
+        o.kind = UC_PUB if kind == "pub" else UC_PUSH
+        o.endpoint = ep
+        o.bind = 1 if bind else 0
+        o.sndhwm = _hwm(sndhwm, "sndhwm")
+        o.linger_ms = _timeout_ms(linger, "linger")
+        cdef Publisher pub = Publisher.__new__(Publisher)
+        pub._bus = self
+        pub.endpoint = endpoint
+        pub._encoder = Encoder()
+        pub._c = uc_pub_open(self._c, &o, &err)
+        if pub._c == NULL:
+            _raise_uc(err, f"publisher({endpoint!r})")
+        self._pubs.add(pub)
+        return pub
+
+    cdef _forget(self, obj):
+        self._subs.discard(obj)
+        self._pubs.discard(obj)
+
+    def close(self, timeout=None):
+        """Close every subscription (waiting up to ``timeout`` seconds for
+        each) and publisher, then the zmq context.  Safe from inside a target."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_buses.discard(self)
+        cdef uc_bus *c
+        subs = list(self._subs)
+        errors = []
+        for sub in subs:
+            try:
+                sub.close(timeout)
+            except TimeoutError as exc:
+                errors.append(exc)
+        for pub in list(self._pubs):
+            pub.close()
+        if errors:
+            raise TimeoutError(f"{len(errors)} subscription(s) did not stop: {errors[0]}")
+        # zmq_ctx_term waits for every socket.  A loop closed from inside its
+        # own target closes its socket only after that target returns; then
+        # the context ends when that Subscription lets go of this Bus.
+        if all(uc_sub_finished((<Subscription>s)._c) for s in subs):
+            c = self._c
+            self._c = NULL
+            with nogil:
+                uc_bus_free(c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _bad_topic(t):
+    raise TypeError(f"a topic must be bytes or str, not {type(t).__name__}")

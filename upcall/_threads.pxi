@@ -1,0 +1,124 @@
+# Thread factories: who creates the thread a subscription's loop runs on.
+#
+# The C hook is start(factory_ctx, entry, arg): arrange for entry(arg) to run
+# once, on some thread.  The core never joins that thread; it waits for the
+# loop on its own latch, so any factory works.  Three kinds:
+#   native_threads   the core's own detached pthread, named upcall-<n>
+#   python_threads   a daemon threading.Thread named upcall-<n>
+#   any callable     factory(run): it must arrange for run() to be called once
+#                    on another thread, e.g. ThreadPoolExecutor(...).submit
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    pthread_t pthread_self()
+    int pthread_setname_np(pthread_t thread, const char *name)
+
+_thread_numbers = itertools.count(1)
+
+
+def _next_thread_name():
+    return f"upcall-{next(_thread_numbers)}"
+
+
+def native_threads(run):
+    """The default thread factory: the C core's own pthread, named ``upcall-<n>``.
+
+    Passing it selects native threads; it is never called.  A native thread
+    adopts one Python thread state on its first upcall and keeps it until its
+    loop ends, so it does not pay the classic unknown-thread penalty.
+    """
+    raise TypeError("native_threads is a marker for Bus/subscribe(thread_factory=...); "
+                    "it is not called")
+
+
+def python_threads(run):
+    """Thread factory: run the loop on a daemon ``threading.Thread``.
+
+    The thread is named after ``run.name`` (``upcall-<n>``), so it shows in
+    ``threading.enumerate()``, profilers and debuggers.
+    """
+    threading.Thread(target=run, name=run.name, daemon=True).start()
+
+
+cdef struct native_start:
+    void (*entry)(void *) noexcept nogil
+    void *arg
+    char name[16]          # Linux thread names are at most 15 bytes
+
+
+cdef void _native_entry(void *p) noexcept nogil:
+    cdef native_start s = (<native_start *>p)[0]
+    free(p)
+    pthread_setname_np(pthread_self(), s.name)
+    s.entry(s.arg)
+
+
+cdef int _start_native(void *factory_ctx, void (*entry)(void *) noexcept nogil,
+                       void *arg) noexcept nogil:
+    # factory_ctx: the thread's name, NUL-terminated (owned by the Subscription).
+    cdef native_start *s = <native_start *>malloc(sizeof(native_start))
+    if s == NULL:
+        return -1
+    s.entry = entry
+    s.arg = arg
+    strncpy(s.name, <const char *>factory_ctx, 15)
+    s.name[15] = 0
+    cdef int rc = uc_start_pthread(NULL, _native_entry, s)
+    if rc != 0:
+        free(s)
+    return rc
+
+
+cdef class _Run:
+    """What a Python thread factory receives: call it once, on the thread that
+    should deliver.  It returns when the subscription's loop ends."""
+    cdef void (*_entry)(void *) noexcept nogil
+    cdef void *_arg
+    cdef readonly str name
+    cdef Subscription _sub
+    cdef long _factory_thread   # the subscribing thread, while the factory runs
+    cdef bint _refused          # the factory tried to run the loop synchronously
+
+    def __call__(self):
+        if self._entry == NULL:
+            raise RuntimeError(f"{self.name}: run() may be called only once")
+        if self._factory_thread == threading.get_ident():
+            self._refused = True
+            raise RuntimeError(
+                f"{self.name}: the thread factory called run() on the subscribing "
+                "thread; it must arrange for run() to be called on another thread")
+        entry, arg = self._entry, self._arg
+        self._entry = NULL
+        sub, self._sub = self._sub, None
+        if sub is not None and sub._thread_name is None:
+            sub._thread_name = threading.current_thread().name
+        sub = None
+        with nogil:
+            entry(arg)
+
+    def __repr__(self):
+        return f"<upcall run {self.name}>"
+
+
+cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
+                       void *arg) noexcept with gil:
+    # factory_ctx: the Subscription, whose _factory is the Python callable.
+    cdef Subscription sub = <Subscription>factory_ctx
+    cdef _Run run = _Run.__new__(_Run)
+    run._entry = entry
+    run._arg = arg
+    run.name = sub._run_name
+    run._sub = sub
+    run._factory_thread = threading.get_ident()
+    try:
+        sub._factory(run)
+    except BaseException as exc:
+        sub._start_error = exc
+        return -1
+    finally:
+        run._factory_thread = 0
+    if run._refused:       # the factory ran it here and swallowed our error
+        sub._start_error = RuntimeError(
+            f"{run.name}: the thread factory called run() on the subscribing thread")
+        return -1
+    return 0

@@ -1,0 +1,115 @@
+# Cython declarations of the C core's bus (csrc/bus.h).
+from libc.stdint cimport uint64_t, int64_t
+
+cdef extern from "bus.h" nogil:
+    enum:
+        UC_OK
+        UC_ERR_ZMQ
+        UC_ERR_SYS
+        UC_ERR_ARG
+        UC_ERR_NOMEM
+        UC_ERR_TIMEOUT
+        UC_ERR_CLOSED
+        UC_ERR_AGAIN
+        UC_ERR_THREAD
+        UC_ERR_BUSY
+        UC_MAX_FRAMES
+
+    const char *uc_strerror(int code, int err)
+
+    ctypedef struct uc_frame:
+        const char *data
+        size_t size
+
+    ctypedef struct uc_msg:
+        uc_frame topic
+        uc_frame payload
+        const uc_frame *extra
+        size_t n_extra
+        size_t n_frames
+
+    ctypedef int (*uc_start_fn)(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg) noexcept nogil
+    int uc_start_pthread(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg)
+
+    ctypedef struct uc_bus:
+        pass
+    uc_bus *uc_bus_new(int io_threads, int *err)
+    void uc_bus_free(uc_bus *bus)
+    void *uc_bus_zmq_context(uc_bus *bus)
+
+    ctypedef enum uc_sub_kind:
+        UC_SUB
+        UC_PULL
+    ctypedef enum uc_pub_kind:
+        UC_PUB
+        UC_PUSH
+
+    ctypedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n) noexcept nogil
+    ctypedef void (*uc_exit_fn)(void *ctx) noexcept nogil
+
+    ctypedef struct uc_sub_opts:
+        uc_sub_kind kind
+        const char *endpoint
+        int bind
+        const uc_frame *topics
+        size_t n_topics
+        size_t batch
+        int rcvhwm
+        int64_t max_message_size
+        uc_deliver_fn deliver
+        uc_exit_fn on_exit
+        void *ctx
+        uc_start_fn start
+        void *start_ctx
+        const char *curve_serverkey
+        const char *curve_publickey
+        const char *curve_secretkey
+        int curve_server
+
+    ctypedef struct uc_sub:
+        pass
+
+    ctypedef struct uc_stats:
+        uint64_t received
+        uint64_t delivered
+        uint64_t batches
+        uint64_t decode_errors
+        uint64_t callback_errors
+        uint64_t dropped
+
+    ctypedef enum uc_stat_id:
+        UC_STAT_RECEIVED
+        UC_STAT_DELIVERED
+        UC_STAT_BATCHES
+        UC_STAT_DECODE_ERRORS
+        UC_STAT_CALLBACK_ERRORS
+        UC_STAT_DROPPED
+
+    uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
+    int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
+    int uc_sub_close(uc_sub *sub, int timeout_ms)
+    void uc_sub_wake(uc_sub *sub)
+    int uc_sub_finished(const uc_sub *sub)
+    void uc_sub_free(uc_sub *sub)
+    void uc_sub_stats(const uc_sub *sub, uc_stats *out)
+    void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n)
+    const char *uc_sub_last_endpoint(const uc_sub *sub)
+
+    ctypedef struct uc_pub_opts:
+        uc_pub_kind kind
+        const char *endpoint
+        int bind
+        int sndhwm
+        int linger_ms
+        const char *curve_serverkey
+        const char *curve_publickey
+        const char *curve_secretkey
+        int curve_server
+
+    ctypedef struct uc_pub:
+        pass
+    uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err)
+    int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
+                    const void *payload, size_t payload_len, int timeout_ms)
+    void uc_pub_close(uc_pub *pub)
+    const char *uc_pub_last_endpoint(const uc_pub *pub)
