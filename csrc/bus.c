@@ -422,12 +422,14 @@ static size_t loop_run(uc_sub *s, int timeout_ms, size_t max_messages)
             uint64_t dropped = 0;
             size_t n = drain(s, limit, &dry, &dropped);
             if (n) {
-                int rc = s->deliver(s->ctx, s->msgs, n);
-                release_batch(s);
-                /* Relaxed: these are statistics, not synchronisation; once
+                /* Counted before deliver, so that received >= delivered holds
+                 * for anyone reading the stats while the batch is out.
+                 * Relaxed: these are statistics, not synchronisation; once
                  * per batch keeps the cache line out of the per-message path. */
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], n, memory_order_relaxed);
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
+                int rc = s->deliver(s->ctx, s->msgs, n);
+                release_batch(s);
                 total += n;
                 if (rc) {
                     atomic_store_explicit(&s->stop, 1, memory_order_relaxed);

@@ -53,6 +53,14 @@ cdef class Publisher:
     def closed(self):
         return self._c == NULL
 
+    @property
+    def last_endpoint(self):
+        """The endpoint as bound or connected (a tcp port 0 or * resolved)."""
+        if self._c == NULL:
+            return self.endpoint
+        cdef const char *ep = uc_pub_last_endpoint(self._c)
+        return ep.decode("utf-8", "replace") if ep != NULL and ep[0] else self.endpoint
+
     def send(self, topic, obj, *, timeout=None):
         """Encode ``obj`` as msgpack and send ``[topic, payload]``.
 

@@ -96,6 +96,12 @@ cdef class Subscription:
                 "dropped": s.dropped}
 
     @property
+    def last_endpoint(self):
+        """The endpoint as bound or connected (a tcp port 0 or * resolved)."""
+        cdef const char *ep = uc_sub_last_endpoint(self._c)
+        return ep.decode("utf-8", "replace") if ep != NULL and ep[0] else self.endpoint
+
+    @property
     def thread_name(self):
         """Name of the delivery thread; None in caller mode."""
         return None if self._caller else self._thread_name

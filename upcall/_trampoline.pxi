@@ -111,9 +111,13 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n) noexcep
                     target(obj)
                 delivered += 1
                 i += 1
+                if sub._closed:    # closed by its own target: deliver no more
+                    stop = 1
+                    break
         except StopDelivery:
             delivered += 1
             stop = 1
+            sub._closed = True
         except BaseException as exc:
             i += 1
             if decoding:
