@@ -25,15 +25,10 @@ cdef class Encoder:
     cdef int pack_into(self, object obj, mp_writer *w) except -1
     cdef int _pack(self, object obj, mp_writer *w, Py_ssize_t depth) except -1
     cdef object _encode(self, object obj)
-    cdef int _pack_other(self, object obj, mp_writer *w, Py_ssize_t depth) except -1
-    cdef int _enter(self, Py_ssize_t depth) except -1
-    cdef int _pack_dict(self, object obj, mp_writer *w, Py_ssize_t depth) except -1
-    cdef int _pack_list(self, object obj, mp_writer *w, Py_ssize_t depth) except -1
-    cdef int _pack_tuple(self, object obj, mp_writer *w, Py_ssize_t depth) except -1
 
 
 cdef class Decoder:
-    cdef void *_state              # ucd_config (upcall/_decode.h): limits + key cache
+    cdef void *_state              # ucd_config (upcall/_codec_c.h): limits + key cache
     # Decode exactly one object from data[0:size]; raises DecodeError.
     cdef object decode_view(self, const char *data, Py_ssize_t size)
     cdef object _decode_obj(self, object data, str argname)

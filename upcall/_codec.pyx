@@ -2,7 +2,7 @@
 """msgpack <-> Python objects: packb/unpackb, Encoder/Decoder, Timestamp, ExtType.
 
 The C side is csrc/msgpack.{h,c} (reader/writer, no Python) and
-upcall/_decode.h (the object-building decoder).  See docs/codec.md.
+upcall/_codec_c.h (the object-building decoder).  See docs/codec.md.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -25,12 +25,10 @@ cdef extern from "Python.h":
     const char *PyUnicode_DATA_PTR "PyUnicode_DATA"(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
-    long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
-    unsigned long long PyLong_AsUnsignedLongLong(object o) except? -1
     const Py_ssize_t PY_SSIZE_T_MAX
 
 
-cdef extern from "_decode.h":
+cdef extern from "_codec_c.h":
     ctypedef struct ucd_config:
         Py_ssize_t max_depth
         Py_ssize_t max_len
@@ -45,6 +43,13 @@ cdef extern from "_decode.h":
     object (*ucd_make_timestamp)(int64_t sec, uint32_t nsec, int as_datetime)
     object (*ucd_make_ext)(int code, const char *data, Py_ssize_t size)
     object (*ucd_make_error)(int code, Py_ssize_t offset, Py_ssize_t limit)
+    int ucd_pack(PyObject *enc, Py_ssize_t max_depth, PyObject *o, mp_writer *w, Py_ssize_t depth) except -1
+    int ucd_pack_int(PyObject *o, mp_writer *w) except -1
+    int ucd_pack_str(PyObject *o, mp_writer *w) except -1
+    int ucd_pack_dict(PyObject *enc, Py_ssize_t max_depth, PyObject *o, mp_writer *w, Py_ssize_t depth) except -1
+    int ucd_pack_list(PyObject *enc, Py_ssize_t max_depth, PyObject *o, mp_writer *w, Py_ssize_t depth) except -1
+    int ucd_pack_tuple(PyObject *enc, Py_ssize_t max_depth, PyObject *o, mp_writer *w, Py_ssize_t depth) except -1
+    int (*ucd_pack_other)(PyObject *enc, PyObject *o, mp_writer *w, Py_ssize_t depth) except -1
 
 
 #: Default nesting limit of Decoder/Encoder (containers inside containers).
@@ -313,136 +318,53 @@ cdef class Encoder:
                 mp_writer_free(&self._buf)
 
     cdef int pack_into(self, object obj, mp_writer *w) except -1:
-        return self._pack(obj, w, 0)
+        return ucd_pack(<PyObject *>self, self._max_depth, <PyObject *>obj, w, 0)
 
-    cdef int _pack(self, object o, mp_writer *w, Py_ssize_t depth) except -1:
-        cdef type t = type(o)
-        cdef Py_ssize_t n, i
-        cdef const char *p
-        # Exact types first (the common case: one pointer compare each), then
-        # the other supported types and subclasses.
-        if t is str:
-            if PyUnicode_IS_COMPACT_ASCII(o):
-                return _ck(mp_write_str(w, PyUnicode_DATA_PTR(o), <size_t>PyUnicode_GET_LENGTH(o)))
-            p = PyUnicode_AsUTF8AndSize(o, &n)
-            return _ck(mp_write_str(w, p, <size_t>n))
-        if t is int:
-            return _pack_int(o, w)
-        if t is float:
-            return _ck(mp_write_float64(w, PyFloat_AS_DOUBLE(o)))
-        if t is dict:
-            return self._pack_dict(o, w, depth)
-        if t is list:
-            return self._pack_list(o, w, depth)
-        if o is None:
-            return _ck(mp_write_nil(w))
-        if t is bool:
-            return _ck(mp_write_bool(w, o is True))
-        if t is bytes:
-            return _ck(mp_write_bin(w, PyBytes_AS_STRING(o), <size_t>PyBytes_GET_SIZE(o)))
-        if t is tuple:
-            return self._pack_tuple(o, w, depth)
-        if t is Timestamp:
-            return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
-        if t is ExtType:
-            return _pack_ext(<ExtType>o, w)
-        if t is bytearray:
-            return _ck(mp_write_bin(w, PyByteArray_AS_STRING(o), <size_t>PyByteArray_GET_SIZE(o)))
-        if t is memoryview:
-            return _pack_buffer(o, w)
-        return self._pack_other(o, w, depth)
-
-    cdef int _pack_other(self, object o, mp_writer *w, Py_ssize_t depth) except -1:
-        cdef Py_ssize_t n
-        cdef const char *p
-        cdef Timestamp ts
-        if isinstance(o, str):
-            p = PyUnicode_AsUTF8AndSize(o, &n)
-            return _ck(mp_write_str(w, p, <size_t>n))
-        if isinstance(o, int):
-            return _pack_int(o, w)
-        if isinstance(o, float):
-            return _ck(mp_write_float64(w, PyFloat_AsDouble(o)))
-        if isinstance(o, dict):
-            return self._pack_dict(o, w, depth)
-        if isinstance(o, list):
-            return self._pack_list(o, w, depth)
-        if isinstance(o, tuple):
-            return self._pack_tuple(o, w, depth)
-        if isinstance(o, (bytes, bytearray, memoryview)):
-            return _pack_buffer(o, w)
-        if isinstance(o, _datetime):
-            ts = _ts_from_datetime(o)
-            return _ck(mp_write_timestamp(w, ts.seconds, ts.nanoseconds))
-        if isinstance(o, Timestamp):
-            return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
-        if isinstance(o, ExtType):
-            return _pack_ext(<ExtType>o, w)
-        raise TypeError(f"upcall cannot pack an object of type {type(o).__qualname__!r}")
-
-    cdef int _enter(self, Py_ssize_t depth) except -1:
-        if depth >= self._max_depth:
-            raise ValueError(f"upcall: object nested deeper than max_depth={self._max_depth} "
-                             "(or it contains itself)")
-        return 0
-
-    cdef int _pack_dict(self, object o, mp_writer *w, Py_ssize_t depth) except -1:
-        cdef Py_ssize_t pos = 0, n, count = 0
-        cdef PyObject *k
-        cdef PyObject *v
-        self._enter(depth)
-        n = PyDict_Size(o)
-        _ck(mp_write_map_header(w, <size_t>n))
-        while PyDict_Next(o, &pos, &k, &v):
-            count += 1
-            if count > n:
-                break
-            self._pack(<object>k, w, depth + 1)
-            self._pack(<object>v, w, depth + 1)
-        if count != n:
-            # Only Python code run while packing (a tzinfo) can do this; the
-            # header already went out, so the output would be malformed.
-            raise RuntimeError("dict changed size during packing")
-        return 0
-
-    cdef int _pack_list(self, object o, mp_writer *w, Py_ssize_t depth) except -1:
-        cdef Py_ssize_t i, n
-        self._enter(depth)
-        n = PyList_GET_SIZE(o)
-        _ck(mp_write_array_header(w, <size_t>n))
-        for i in range(n):
-            if i >= PyList_GET_SIZE(o):
-                raise RuntimeError("list changed size during packing")
-            self._pack(<object>PyList_GET_ITEM(o, i), w, depth + 1)
-        if PyList_GET_SIZE(o) != n:
-            raise RuntimeError("list changed size during packing")
-        return 0
-
-    cdef int _pack_tuple(self, object o, mp_writer *w, Py_ssize_t depth) except -1:
-        cdef Py_ssize_t i, n
-        self._enter(depth)
-        n = PyTuple_GET_SIZE(o)
-        _ck(mp_write_array_header(w, <size_t>n))
-        for i in range(n):
-            self._pack(<object>PyTuple_GET_ITEM(o, i), w, depth + 1)
-        return 0
+    cdef int _pack(self, object obj, mp_writer *w, Py_ssize_t depth) except -1:
+        return ucd_pack(<PyObject *>self, self._max_depth, <PyObject *>obj, w, depth)
 
 
-cdef int _pack_int(object o, mp_writer *w) except -1:
-    cdef int overflow = 0
-    cdef long long v = PyLong_AsLongLongAndOverflow(o, &overflow)
-    cdef unsigned long long u
-    if overflow == 0:
-        return _ck(mp_write_int(w, v))
-    if overflow > 0:
-        try:
-            u = PyLong_AsUnsignedLongLong(o)
-        except OverflowError:
-            pass
-        else:
-            return _ck(mp_write_uint(w, u))
-    raise OverflowError(f"upcall: int {int(o)} outside the msgpack range "
-                        "(-2**63 .. 2**64-1)")
+cdef int _hook_pack_other(PyObject *enc, PyObject *obj, mp_writer *w, Py_ssize_t depth) except -1:
+    # Everything the C fast path (ucd_pack) does not take: the module's own
+    # types, the other buffers, datetime, and subclasses of the builtins
+    # (which encode as their base type).
+    cdef object o = <object>obj
+    cdef Py_ssize_t max_depth = (<Encoder>enc)._max_depth
+    cdef Timestamp ts
+    cdef type t = type(o)
+    if t is Timestamp:
+        return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
+    if t is ExtType:
+        return _pack_ext(<ExtType>o, w)
+    if t is bytearray:
+        return _ck(mp_write_bin(w, PyByteArray_AS_STRING(o), <size_t>PyByteArray_GET_SIZE(o)))
+    if t is memoryview:
+        return _pack_buffer(o, w)
+    if isinstance(o, str):
+        return ucd_pack_str(obj, w)
+    if isinstance(o, int):          # bool is exact-checked before: never here
+        return ucd_pack_int(obj, w)
+    if isinstance(o, float):
+        return _ck(mp_write_float64(w, PyFloat_AsDouble(o)))
+    if isinstance(o, dict):
+        return ucd_pack_dict(enc, max_depth, obj, w, depth)
+    if isinstance(o, list):
+        return ucd_pack_list(enc, max_depth, obj, w, depth)
+    if isinstance(o, tuple):
+        return ucd_pack_tuple(enc, max_depth, obj, w, depth)
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return _pack_buffer(o, w)
+    if isinstance(o, _datetime):
+        ts = _ts_from_datetime(o)
+        return _ck(mp_write_timestamp(w, ts.seconds, ts.nanoseconds))
+    if isinstance(o, Timestamp):
+        return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
+    if isinstance(o, ExtType):
+        return _pack_ext(<ExtType>o, w)
+    raise TypeError(f"upcall cannot pack an object of type {type(o).__qualname__!r}")
+
+
+ucd_pack_other = _hook_pack_other
 
 
 cdef int _pack_ext(ExtType e, mp_writer *w) except -1:
@@ -558,14 +480,16 @@ def packb(obj):
     return _default_encoder._encode(obj)
 
 
-def unpackb(data, *, timestamp="timestamp", max_depth=DEFAULT_MAX_DEPTH, max_len=None):
+def unpackb(data, *, timestamp=None, max_depth=None, max_len=None):
     """Unpack exactly one msgpack object from a bytes-like object.
 
     Malformed data, or bytes after the object, raise DecodeError (a
-    ValueError) with .offset and .reason.  See Decoder for the options.
+    ValueError) with .offset and .reason.  The options are those of Decoder;
+    None means the default (timestamp="timestamp", max_depth=512, no max_len).
     """
     cdef Decoder dec = _default_decoder
-    if (max_len is not None or timestamp != "timestamp"
-            or type(max_depth) is not int or max_depth != _DEFAULT_MAX_DEPTH):
-        dec = Decoder(timestamp=timestamp, max_depth=max_depth, max_len=max_len)
+    if timestamp is not None or max_depth is not None or max_len is not None:
+        dec = Decoder(timestamp="timestamp" if timestamp is None else timestamp,
+                      max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,
+                      max_len=max_len)
     return dec._decode_obj(data, "unpackb() argument 'data'")
