@@ -537,3 +537,13 @@ def test_public_names():
     assert upcall.DecodeError is DecodeError and issubclass(DecodeError, ValueError)
     for name in ("packb", "unpackb", "Encoder", "Decoder", "Timestamp", "ExtType"):
         assert getattr(upcall, name) is getattr(upcall._codec, name)
+
+
+def test_value_cache_is_transparent():
+    dec = Decoder()
+    vals = [f"v{i}" for i in range(2000)] + ["abcdefghijklmnop", "abcdefgXijklmnop", "é", "",
+                                             "x" * 16, "x" * 17, "AAPL.OQ", "AAPL.OR"]
+    for _ in range(3):
+        assert dec.decode(packb(vals)) == vals
+    a, b = dec.decode(packb(["AAPL.OQ", "AAPL.OQ"]))
+    assert a == b == "AAPL.OQ"

@@ -314,8 +314,17 @@ cdef class Encoder:
             return PyBytes_FromStringAndSize(self._buf.data, <Py_ssize_t>self._buf.len)
         finally:
             self._busy = False
-            if self._buf.cap > _KEEP_BUFFER:   # do not pin a huge buffer forever
-                mp_writer_free(&self._buf)
+            # A large buffer is kept while large messages keep coming (no
+            # regrowing, its pages stay mapped), and released after a run of
+            # small ones, so that one big message does not pin it forever.
+            if self._buf.cap > _KEEP_BUFFER:
+                if self._buf.len * 4 < self._buf.cap:
+                    self._small_streak += 1
+                    if self._small_streak >= 16:
+                        mp_writer_free(&self._buf)
+                        self._small_streak = 0
+                else:
+                    self._small_streak = 0
 
     cdef int pack_into(self, object obj, mp_writer *w) except -1:
         return ucd_pack(<PyObject *>self, self._max_depth, <PyObject *>obj, w, 0)

@@ -42,6 +42,9 @@ enum {
 
 #define UCD_KEYCACHE_SIZE 512      /* slots, a power of two */
 #define UCD_KEY_MAX 16             /* keys up to this many bytes are cached */
+#define UCD_VALUECACHE_SIZE 256    /* slots for short str values */
+#define UCD_VALUE_MAX 16           /* values up to this many bytes are cached */
+#define UCD_GC_DEFER_BYTES 16384   /* inputs from this size defer the GC, see ucd_decode */
 
 typedef struct ucd_key_slot {
     PyObject *str;                 /* owned, compact ASCII, hash computed; or NULL */
@@ -54,6 +57,7 @@ typedef struct ucd_config {
     Py_ssize_t max_len;            /* PY_SSIZE_T_MAX: only the buffer limits */
     int ts_datetime;               /* timestamps as datetime instead of Timestamp */
     ucd_key_slot keys[UCD_KEYCACHE_SIZE];
+    ucd_key_slot values[UCD_VALUECACHE_SIZE];
 } ucd_config;
 
 /* Hooks set by _codec.pyx at import (new reference, or NULL + exception). */
@@ -70,6 +74,7 @@ typedef struct ucd_ctx {
 
 static void ucd_config_clear_keys(ucd_config *cfg) {
     for (int i = 0; i < UCD_KEYCACHE_SIZE; i++) Py_CLEAR(cfg->keys[i].str);
+    for (int i = 0; i < UCD_VALUECACHE_SIZE; i++) Py_CLEAR(cfg->values[i].str);
 }
 
 static inline PyObject *ucd_fail(ucd_ctx *c, int err, size_t pos) {
@@ -132,11 +137,12 @@ static inline void ucd_key_words(const char *p, uint32_t n, uint64_t *a, uint64_
     }
 }
 
-static inline PyObject *ucd_key_str(ucd_ctx *c, const char *p, uint32_t n, size_t pos) {
+static inline PyObject *ucd_cached_str(ucd_ctx *c, ucd_key_slot *table, uint32_t mask,
+                                       const char *p, uint32_t n, size_t pos, int is_key) {
     uint64_t a, b;
     ucd_key_words(p, n, &a, &b);
     uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ULL) ^ n) * 0xBF58476D1CE4E5B9ULL;
-    ucd_key_slot *slot = &c->cfg->keys[(h >> 40) & (UCD_KEYCACHE_SIZE - 1)];
+    ucd_key_slot *slot = &table[(h >> 40) & mask];
     PyObject *k = slot->str;
     if (k && slot->a == a && slot->b == b && slot->n == n) {
         Py_INCREF(k);
@@ -146,8 +152,9 @@ static inline PyObject *ucd_key_str(ucd_ctx *c, const char *p, uint32_t n, size_
         return ucd_str(c, p, n, pos);
     k = ucd_ascii(p, n);
     if (!k) { c->err = UCD_ERR_PYTHON; return NULL; }
-    /* Hash now: the dict insert needs it anyway and the cached copy keeps it. */
-    if (PyObject_Hash(k) == -1) { Py_DECREF(k); c->err = UCD_ERR_PYTHON; return NULL; }
+    /* A key is hashed now: the dict insert needs it anyway and the cached
+     * copy keeps it. */
+    if (is_key && PyObject_Hash(k) == -1) { Py_DECREF(k); c->err = UCD_ERR_PYTHON; return NULL; }
     Py_INCREF(k);
     Py_XSETREF(slot->str, k);
     slot->a = a; slot->b = b; slot->n = n;
@@ -191,6 +198,10 @@ static inline __attribute__((always_inline)) PyObject *ucd_obj(ucd_ctx *c, Py_ss
         if (n >= avail) return ucd_fail(c, MP_ERR_LENGTH, pos);
         if ((Py_ssize_t)n > c->cfg->max_len) return ucd_fail(c, UCD_ERR_MAX_LEN, pos);
         c->r.pos = pos + 1 + n;
+        /* Short str values repeat too (symbols, venues, enum-like fields):
+         * they go through a cache of their own, so they cannot evict keys. */
+        if (n <= UCD_VALUE_MAX)
+            return ucd_cached_str(c, c->cfg->values, UCD_VALUECACHE_SIZE - 1, (const char *)p + 1, n, pos, 0);
         return ucd_str(c, (const char *)p + 1, n, pos);
     }
     if (b == 0xcb) {
@@ -304,8 +315,9 @@ static __attribute__((noinline)) PyObject *ucd_map(ucd_ctx *c, uint32_t n, Py_ss
             if (kn >= avail) { Py_DECREF(dict); return ucd_fail(c, MP_ERR_LENGTH, kpos); }
             if ((Py_ssize_t)kn > c->cfg->max_len) { Py_DECREF(dict); return ucd_fail(c, UCD_ERR_MAX_LEN, kpos); }
             c->r.pos = kpos + 1 + kn;
-            k = kn <= UCD_KEY_MAX ? ucd_key_str(c, c->r.data + kpos + 1, kn, kpos)
-                                  : ucd_str(c, c->r.data + kpos + 1, kn, kpos);
+            k = kn <= UCD_KEY_MAX
+                ? ucd_cached_str(c, c->cfg->keys, UCD_KEYCACHE_SIZE - 1, c->r.data + kpos + 1, kn, kpos, 1)
+                : ucd_str(c, c->r.data + kpos + 1, kn, kpos);
         } else {
             k = ucd_obj(c, depth);
             if (k && (PyList_CheckExact(k) || PyDict_CheckExact(k))) {
@@ -333,7 +345,19 @@ static PyObject *ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size) 
     c.err = 0;
     c.err_pos = 0;
     mp_reader_init(&c.r, data, (size_t)size);
+#if PY_VERSION_HEX >= 0x030A0000
+    /* The decoder builds a tree: it never makes a reference cycle, so a
+     * garbage collection run in the middle of a decode cannot free anything
+     * it built, yet on a large document the collector would walk the
+     * growing tree again and again (several times the decode's own cost).
+     * Defer it: the allocations still count, and the collector runs once
+     * the decode is over. */
+    int gc_was_enabled = size >= UCD_GC_DEFER_BYTES ? PyGC_Disable() : 0;
+#endif
     PyObject *o = ucd_obj(&c, 0);
+#if PY_VERSION_HEX >= 0x030A0000
+    if (gc_was_enabled) PyGC_Enable();
+#endif
     if (o && c.r.pos != (size_t)size) {
         Py_DECREF(o);
         o = ucd_fail(&c, MP_ERR_TRAILING, c.r.pos);
