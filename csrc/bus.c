@@ -212,6 +212,7 @@ struct uc_sub {
     void *sock;
     int efd;
     int thread_mode;
+    int bound;
     size_t batch;
     uc_deliver_fn deliver;
     uc_exit_fn on_exit;
@@ -280,6 +281,11 @@ static void sub_finalize(uc_sub *s)
     for (size_t i = 0; i < s->pool_cap; i++)
         zmq_msg_close(&s->pool[i]);
     zmq_msg_close(&s->scratch);
+    /* zmq_close releases a bound address later, on the reaper thread; an
+     * explicit unbind frees an inproc name at once (tcp/ipc listeners still
+     * close on the I/O thread), so close-then-rebind works as expected. */
+    if (s->bound)
+        zmq_unbind(s->sock, s->last_endpoint);
     zmq_close(s->sock); /* ZMQ_LINGER is 0: never blocks */
     s->sock = NULL;
 }
@@ -611,6 +617,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         *err = UC_ERR_ZMQ;
         return NULL;
     }
+    s->bound = o->bind;
 
     if (s->thread_mode) {
         /* The loop's reference is taken before it can possibly run. */
