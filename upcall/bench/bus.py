@@ -102,6 +102,9 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
                    help="library of the peer process (default: pyzmq if installed)")
     g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+    g.add_argument("--bus-pin-latency", type=int, default=None, metavar="CPU",
+                   help="run the round trips with both processes pinned to this CPU "
+                        "(removes the cost of waking an idle vCPU; see PERF.md)")
 
 
 # ---- what is available ----------------------------------------------------------
@@ -452,6 +455,13 @@ class PingRun:
         gc.collect()
 
     def run(self) -> dict:
+        if self.b.pin is None:
+            return self._run()
+        pids = [self.b.peer.pid] if self.b.peer is not None else []
+        with measure.pinned([self.b.pin], pids):
+            return self._run()
+
+    def _run(self) -> dict:
         b = self.b
         ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
         payload = b.payload
@@ -534,6 +544,7 @@ class BusBench:
         self.repeats = opt("bus_repeats", 1 if quick else DEFAULT_REPEATS)
         self.batch = opt("bus_batch")
         self.latency = not opt("bus_no_latency", False)
+        self.pin = getattr(opts, "bus_pin_latency", None)
         self.transports = [t for t in opt("bus_transports", ",".join(TRANSPORTS)).split(",") if t]
         for t in self.transports:
             if t not in TRANSPORTS:
@@ -595,6 +606,7 @@ class BusBench:
                 "p50_us": p50.median, "p50_us_min": p50.min, "p50_us_max": p50.max,
                 "p99_us": p99.median, "p99_us_min": p99.min, "p99_us_max": p99.max,
                 "round_trips": self.rtt if self.latency else 0,
+                "latency_pinned_cpu": self.pin,
                 "seconds": secs.median,
                 "disturbed_runs": disturbed[mode],
                 "_s": {"rate": rate, "cpu": cpu, "p50": p50, "p99": p99},
@@ -632,6 +644,7 @@ class BusBench:
             note = (note + "; " if note else "") + f"{dist} run(s) kept although disturbed"
         title = (f"bus over {transport}: {self.n:,} msgs x {self.repeats}"
                  + (f", {self.rtt:,} round trips" if self.latency else "")
+                 + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
                  + f" (peer: {self._peer_label(transport)})")
         report.print_table(recs, cols, title=title, note=note)
 
