@@ -116,9 +116,32 @@ static void efd_drain(int fd)
 
 /* ---- bus -------------------------------------------------------------- */
 
+/* The context lives while anything uses it: the owner's reference plus one
+ * per open socket.  uc_bus_free shuts the context down (blocked zmq calls
+ * return ETERM) and drops the owner's reference; whoever drops the last one
+ * terminates it.  So a bus closed from inside a subscription's own callback
+ * ends when that loop has closed its socket, on the loop's thread, instead
+ * of zmq_ctx_term waiting for a socket that cannot close until it returns. */
 struct uc_bus {
     void *zctx;
+    atomic_int refs;
 };
+
+static void bus_retain(uc_bus *bus)
+{
+    atomic_fetch_add_explicit(&bus->refs, 1, memory_order_relaxed);
+}
+
+static void bus_release(uc_bus *bus)
+{
+    if (atomic_fetch_sub_explicit(&bus->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    /* zmq_ctx_term can be interrupted by a signal; it must be retried or the
+     * context (and its I/O threads) would leak. */
+    while (zmq_ctx_term(bus->zctx) != 0 && errno == EINTR)
+        ;
+    free(bus);
+}
 
 uc_bus *uc_bus_new(int io_threads, int *err)
 {
@@ -146,6 +169,7 @@ uc_bus *uc_bus_new(int io_threads, int *err)
         *err = UC_ERR_ZMQ;
         return NULL;
     }
+    atomic_init(&bus->refs, 1);
     *err = UC_OK;
     return bus;
 }
@@ -154,11 +178,8 @@ void uc_bus_free(uc_bus *bus)
 {
     if (!bus)
         return;
-    /* zmq_ctx_term can be interrupted by a signal; it must be retried or the
-     * context (and its I/O threads) would leak. */
-    while (zmq_ctx_term(bus->zctx) != 0 && errno == EINTR)
-        ;
-    free(bus);
+    zmq_ctx_shutdown(bus->zctx);
+    bus_release(bus);
 }
 
 void *uc_bus_zmq_context(uc_bus *bus)
@@ -208,6 +229,7 @@ static int attach(void *sock, const char *endpoint, int bind, char *last)
 /* ---- subscriptions ---------------------------------------------------- */
 
 struct uc_sub {
+    uc_bus *bus;       /* referenced while the socket is open */
     /* Fixed at open. */
     void *sock;
     int efd;
@@ -288,6 +310,7 @@ static void sub_finalize(uc_sub *s)
         zmq_unbind(s->sock, s->last_endpoint);
     zmq_close(s->sock); /* ZMQ_LINGER is 0: never blocks */
     s->sock = NULL;
+    bus_release(s->bus);
 }
 
 static void request_stop(uc_sub *s)
@@ -587,6 +610,8 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         *err = UC_ERR_ZMQ;
         return NULL;
     }
+    s->bus = bus;
+    bus_retain(bus);
     for (size_t i = 0; i < s->pool_cap; i++)
         zmq_msg_init(&s->pool[i]);
     zmq_msg_init(&s->scratch);
@@ -778,6 +803,7 @@ const char *uc_sub_last_endpoint(const uc_sub *s)
 /* ---- publishers ------------------------------------------------------- */
 
 struct uc_pub {
+    uc_bus *bus;        /* referenced while the socket is open */
     void *sock;
     int efd;            /* wakes a sender blocked at the HWM when closing */
     atomic_int closing;
@@ -818,6 +844,10 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
     }
     p->sock = zmq_socket(bus->zctx, o->kind == UC_PUB ? ZMQ_PUB : ZMQ_PUSH);
     int fail = !p->sock;
+    if (p->sock) {
+        p->bus = bus;
+        bus_retain(bus);
+    }
     if (!fail)
         /* Linger is set now too: if the process terminates the context
          * without closing us, it should not wait longer than asked. */
@@ -828,8 +858,10 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             || attach(p->sock, o->endpoint, o->bind, p->last_endpoint);
     if (fail) {
         e = errno;
-        if (p->sock)
+        if (p->sock) {
             zmq_close(p->sock);
+            bus_release(bus);
+        }
         close(p->efd);
         pthread_mutex_destroy(&p->mu);
         free(p);
@@ -915,7 +947,9 @@ void uc_pub_close(uc_pub *p)
     pthread_mutex_unlock(&p->mu);
     close(p->efd);
     pthread_mutex_destroy(&p->mu);
+    uc_bus *bus = p->bus;
     free(p);
+    bus_release(bus);
 }
 
 const char *uc_pub_last_endpoint(const uc_pub *p)

@@ -81,7 +81,11 @@ typedef struct uc_bus uc_bus;
 
 /* Create a bus with its own zmq context.  NULL on failure, *err set. */
 uc_bus *uc_bus_new(int io_threads, int *err);
-/* Terminate the context.  All subscriptions and publishers must be closed. */
+/* Shut the context down (blocked zmq calls return ETERM, so running loops
+ * end) and drop the owner's reference.  The context is terminated, and the
+ * bus freed, when the last socket opened on it is closed: here, or later on
+ * a loop's thread (a bus closed from inside one of its own callbacks).
+ * Publishers and idle caller-mode subscriptions must be closed by the owner. */
 void uc_bus_free(uc_bus *bus);
 void *uc_bus_zmq_context(uc_bus *bus);
 
