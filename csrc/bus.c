@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -258,6 +259,17 @@ struct uc_sub {
     int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
 
     char last_endpoint[UC_ENDPOINT_MAX];
+
+    /* Synthetic source (UC_SYNTH): no socket; msgs[] are views of one payload. */
+    int synth;
+    char *synth_payload;
+    uint64_t synth_count;         /* 0: no end */
+    double synth_rate;            /* <= 0: unpaced */
+    uint64_t synth_backlog_max;   /* 0: no limit */
+    uint64_t synth_next;          /* loop-owned: index of the next message */
+    uint64_t *synth_lat;          /* synth_count latencies, or NULL */
+    _Atomic uint64_t synth_max_backlog;
+    _Atomic int64_t synth_start, synth_first, synth_last;
 };
 
 /* The subscription whose loop runs on this thread (set for the whole loop in
@@ -283,6 +295,8 @@ static void sub_destroy(uc_sub *s)
     free(s->pool);
     free(s->views);
     free(s->msgs);
+    free(s->synth_payload);
+    free(s->synth_lat);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -418,12 +432,128 @@ static void release_batch(uc_sub *s)
     s->pool_used = 0;
 }
 
+/* ---- the synthetic source ---------------------------------------------- */
+
+/* A paced source sleeps until a batch is due, or at most this long past the
+ * next message's due time (so a slow rate is not held back a whole batch). */
+#define UC_SYNTH_SLACK_NS 200000LL
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* When message k of a paced source is due. */
+static int64_t synth_due(const uc_sub *s, int64_t t0, uint64_t k)
+{
+    return t0 + (int64_t)((double)k * 1e9 / s->synth_rate);
+}
+
+/* Sleep until `until` (monotonic ns) or until the eventfd is signalled. */
+static void synth_sleep(uc_sub *s, int64_t until)
+{
+    int64_t ns = until - mono_ns();
+    if (ns <= 0)
+        return;
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    struct pollfd p = {.fd = s->efd, .events = POLLIN};
+    if (ppoll(&p, 1, &ts, NULL) > 0)
+        efd_drain(s->efd);
+}
+
+/* loop_run for a synthetic source: the same contract, batches made of views
+ * of the one payload instead of frames from zmq. */
+static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
+{
+    int64_t deadline = timeout_ms >= 0 ? mono_ns() + (int64_t)timeout_ms * 1000000LL : 0;
+    int64_t t0 = atomic_load_explicit(&s->synth_start, memory_order_relaxed);
+    if (!t0) {
+        t0 = mono_ns();
+        atomic_store_explicit(&s->synth_start, t0, memory_order_relaxed);
+    }
+    size_t total = 0;
+    for (;;) {
+        if (stopping(s))
+            break;
+        if (s->synth_count && s->synth_next >= s->synth_count) {
+            /* The end of the stream: the subscription ends as if closed. */
+            atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
+            break;
+        }
+        int64_t now = mono_ns();
+        if (timeout_ms >= 0 && total && now >= deadline)
+            break;
+        uint64_t avail = s->synth_count ? s->synth_count - s->synth_next : UINT64_MAX;
+        if (s->synth_rate > 0) {
+            uint64_t due = (uint64_t)((double)(now - t0) * s->synth_rate / 1e9) + 1;
+            if (s->synth_count && due > s->synth_count)
+                due = s->synth_count;
+            uint64_t backlog = due > s->synth_next ? due - s->synth_next : 0;
+            if (backlog > atomic_load_explicit(&s->synth_max_backlog, memory_order_relaxed))
+                atomic_store_explicit(&s->synth_max_backlog, backlog, memory_order_relaxed);
+            if (s->synth_backlog_max && backlog > s->synth_backlog_max) {
+                /* A bounded queue overflows: the oldest are lost. */
+                uint64_t drop = backlog - s->synth_backlog_max;
+                s->synth_next += drop;
+                backlog -= drop;
+                atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], drop, memory_order_relaxed);
+            }
+            if (backlog == 0) {
+                /* Nothing due: sleep until a batch is, or the slack runs out. */
+                uint64_t k = s->synth_next + s->batch - 1;
+                int64_t wake = synth_due(s, t0, k);
+                int64_t cap = synth_due(s, t0, s->synth_next) + UC_SYNTH_SLACK_NS;
+                if (wake > cap)
+                    wake = cap;
+                if (timeout_ms >= 0 && wake > deadline)
+                    wake = deadline;
+                synth_sleep(s, wake);
+                if (timeout_ms >= 0 && mono_ns() >= deadline)
+                    break;
+                continue;
+            }
+            avail = backlog;
+        }
+        size_t n = s->batch;
+        if (avail < n)
+            n = (size_t)avail;
+        if (max_messages && max_messages - total < n)
+            n = max_messages - total;
+        atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
+        if (!atomic_load_explicit(&s->synth_first, memory_order_relaxed))
+            atomic_store_explicit(&s->synth_first, mono_ns(), memory_order_relaxed);
+        int rc = s->deliver(s->ctx, s->msgs, n);
+        int64_t end = mono_ns();
+        atomic_store_explicit(&s->synth_last, end, memory_order_relaxed);
+        if (s->synth_lat) {
+            for (size_t i = 0; i < n; i++) {
+                int64_t lat = end - synth_due(s, t0, s->synth_next + i);
+                s->synth_lat[s->synth_next + i] = lat > 0 ? (uint64_t)lat : 0;
+            }
+        }
+        s->synth_next += n;
+        total += n;
+        if (rc) {
+            atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
+            break;
+        }
+        if (max_messages && total >= max_messages)
+            break;
+    }
+    return total;
+}
+
 /* The loop body shared by both modes.  Runs until stop, until timeout_ms
  * (< 0: never), until max_messages (0: no limit) have been delivered, or
  * until deliver returns non-zero (which also requests the stop).  Returns
  * the number of messages handed to deliver. */
 static size_t loop_run(uc_sub *s, int timeout_ms, size_t max_messages)
 {
+    if (s->synth)
+        return synth_run(s, timeout_ms, max_messages);
     struct timespec deadline;
     if (timeout_ms >= 0)
         deadline_after(&deadline, timeout_ms);
@@ -550,13 +680,75 @@ int uc_start_pthread(void *factory_ctx, void (*entry)(void *), void *arg)
     return rc;
 }
 
+/* Start the loop (thread mode) or make the subscription ready for polls. */
+static uc_sub *sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
+{
+    if (s->thread_mode) {
+        /* The loop's reference is taken before it can possibly run. */
+        atomic_store_explicit(&s->refs, 2, memory_order_relaxed);
+        if (o->start(o->start_ctx, loop_entry, s) != 0) {
+            /* Contract: a failed start means entry never runs. */
+            sub_finalize(s);
+            sub_destroy(s);
+            *err = UC_ERR_THREAD;
+            return NULL;
+        }
+    } else {
+        atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
+    }
+    *err = UC_OK;
+    return s;
+}
+
+/* The rest of uc_sub_open for a synthetic source: no socket, one payload. */
+static uc_sub *synth_open(uc_sub *s, const uc_sub_opts *o, int *err)
+{
+    size_t len = o->synth_payload.size;
+    s->synth = 1;
+    s->synth_count = o->synth_count;
+    s->synth_rate = o->synth_rate > 0 ? o->synth_rate : 0;
+    s->synth_backlog_max = o->synth_backlog_max;
+    s->synth_payload = malloc(len ? len : 1);
+    s->msgs = calloc(o->batch, sizeof *s->msgs);
+    if (o->synth_latency && s->synth_rate > 0 && s->synth_count) {
+        if (s->synth_count > SIZE_MAX / sizeof(uint64_t)) {
+            sub_destroy(s);
+            *err = UC_ERR_ARG;
+            return NULL;
+        }
+        s->synth_lat = malloc(s->synth_count * sizeof(uint64_t));
+        if (s->synth_lat)
+            memset(s->synth_lat, 0xff, s->synth_count * sizeof(uint64_t));
+    }
+    if (!s->synth_payload || !s->msgs
+        || (o->synth_latency && s->synth_rate > 0 && s->synth_count && !s->synth_lat)) {
+        sub_destroy(s);
+        *err = UC_ERR_NOMEM;
+        return NULL;
+    }
+    if (len)
+        memcpy(s->synth_payload, o->synth_payload.data, len);
+    for (size_t i = 0; i < o->batch; i++) {
+        s->msgs[i].topic.data = "";
+        s->msgs[i].topic.size = 0;
+        s->msgs[i].payload.data = s->synth_payload;
+        s->msgs[i].payload.size = len;
+        s->msgs[i].n_frames = 1;
+    }
+    strcpy(s->last_endpoint, "synthetic");
+    return sub_start(s, o, err);
+}
+
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
 {
     int dummy, e;
     if (!err)
         err = &dummy;
-    if (!bus || !o || !o->endpoint || !o->deliver || (o->kind != UC_SUB && o->kind != UC_PULL)
-        || o->batch < 1 || o->batch > UC_MAX_BATCH || (o->n_topics && !o->topics)) {
+    int synth = o && o->kind == UC_SYNTH;
+    if (!bus || !o || (!o->endpoint && !synth) || !o->deliver
+        || (o->kind != UC_SUB && o->kind != UC_PULL && !synth)
+        || o->batch < 1 || o->batch > UC_MAX_BATCH || (o->n_topics && !o->topics)
+        || (synth && o->synth_payload.size && !o->synth_payload.data)) {
         *err = UC_ERR_ARG;
         return NULL;
     }
@@ -593,6 +785,8 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         *err = UC_ERR_SYS;
         return NULL;
     }
+    if (synth)
+        return synth_open(s, o, err);
     s->pool_cap = pool_capacity(o->batch);
     s->pool = calloc(s->pool_cap, sizeof *s->pool);
     s->views = calloc(s->pool_cap, sizeof *s->views);
@@ -643,22 +837,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         return NULL;
     }
     s->bound = o->bind;
-
-    if (s->thread_mode) {
-        /* The loop's reference is taken before it can possibly run. */
-        atomic_store_explicit(&s->refs, 2, memory_order_relaxed);
-        if (o->start(o->start_ctx, loop_entry, s) != 0) {
-            /* Contract: a failed start means entry never runs. */
-            sub_finalize(s);
-            sub_destroy(s);
-            *err = UC_ERR_THREAD;
-            return NULL;
-        }
-    } else {
-        atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
-    }
-    *err = UC_OK;
-    return s;
+    return sub_start(s, o, err);
 }
 
 int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivered)
@@ -741,6 +920,40 @@ int uc_sub_close(uc_sub *s, int timeout_ms)
     }
     pthread_mutex_unlock(&s->mu);
     return rc == 0 ? UC_OK : UC_ERR_TIMEOUT;
+}
+
+int uc_sub_wait(uc_sub *s, int timeout_ms)
+{
+    if (!s)
+        return UC_ERR_ARG;
+    if (!s->thread_mode || uc_current == s)
+        return UC_ERR_BUSY;
+    pthread_mutex_lock(&s->mu);
+    int rc = wait_locked(s, timeout_ms, 0);
+    pthread_mutex_unlock(&s->mu);
+    return rc == 0 ? UC_OK : UC_ERR_TIMEOUT;
+}
+
+void uc_sub_synth_info(const uc_sub *sub, uc_synth_info *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!sub || !sub->synth)
+        return;
+    uc_sub *s = (uc_sub *)sub;
+    out->produced = atomic_load_explicit(&s->stats[UC_STAT_RECEIVED], memory_order_relaxed);
+    out->max_backlog = atomic_load_explicit(&s->synth_max_backlog, memory_order_relaxed);
+    out->start_ns = atomic_load_explicit(&s->synth_start, memory_order_relaxed);
+    out->first_ns = atomic_load_explicit(&s->synth_first, memory_order_relaxed);
+    out->last_ns = atomic_load_explicit(&s->synth_last, memory_order_relaxed);
+}
+
+const uint64_t *uc_sub_synth_latencies(const uc_sub *s, size_t *n)
+{
+    if (n)
+        *n = s && s->synth_lat ? (size_t)s->synth_count : 0;
+    return s ? s->synth_lat : NULL;
 }
 
 void uc_sub_wake(uc_sub *s)

@@ -1,0 +1,315 @@
+/* Tests of the synthetic source (UC_SYNTH): the same loop, threads, caller
+ * mode, stats, close and latch as a socket, fed by views of one payload.
+ * Every wait has a deadline; no test depends on how long something takes,
+ * except that a paced source may not run ahead of its rate. */
+#define _GNU_SOURCE
+#include "bus.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_MS 20000
+
+static int g_passed, g_failed;
+
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+            return 1;                                                             \
+        }                                                                         \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                            \
+    do {                                                                          \
+        long long _a = (long long)(a), _b = (long long)(b);                       \
+        if (_a != _b) {                                                           \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s == %s (%lld != %lld)\n",   \
+                    __FILE__, __LINE__, #a, #b, _a, _b);                          \
+            return 1;                                                             \
+        }                                                                         \
+    } while (0)
+
+static void run(const char *name, int (*fn)(void))
+{
+    printf("-- %s\n", name);
+    fflush(stdout);
+    if (fn() == 0) {
+        g_passed++;
+    } else {
+        g_failed++;
+        printf("   FAILED: %s\n", name);
+    }
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+typedef struct {
+    atomic_ullong messages;
+    atomic_ullong batches;
+    atomic_ullong bad;          /* a message that is not the payload */
+    atomic_ullong biggest;      /* largest batch seen */
+    atomic_int exited;
+    size_t stop_after;          /* deliver returns 1 once this many were seen (0: never) */
+    int slow_ms;                /* sleep in every deliver */
+    const char *payload;
+    size_t payload_len;
+} coll;
+
+static int deliver(void *ctx, const uc_msg *batch, size_t n)
+{
+    coll *c = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const uc_msg *m = &batch[i];
+        if (m->topic.size != 0 || m->payload.size != c->payload_len || m->n_extra != 0
+            || m->n_frames != 1 || memcmp(m->payload.data, c->payload, c->payload_len) != 0)
+            atomic_fetch_add(&c->bad, 1);
+    }
+    unsigned long long total = atomic_fetch_add(&c->messages, n) + n;
+    atomic_fetch_add(&c->batches, 1);
+    if (n > atomic_load(&c->biggest))
+        atomic_store(&c->biggest, n);
+    if (c->slow_ms)
+        sleep_ms(c->slow_ms);
+    return c->stop_after && total >= c->stop_after;
+}
+
+static void on_exit_cb(void *ctx)
+{
+    atomic_store(&((coll *)ctx)->exited, 1);
+}
+
+static uc_sub_opts synth_opts(coll *c, size_t batch, uint64_t count, double rate)
+{
+    uc_sub_opts o;
+    memset(&o, 0, sizeof o);
+    o.kind = UC_SYNTH;
+    o.batch = batch;
+    o.deliver = deliver;
+    o.on_exit = on_exit_cb;
+    o.ctx = c;
+    o.start = uc_start_pthread;
+    o.synth_payload.data = c->payload;
+    o.synth_payload.size = c->payload_len;
+    o.synth_count = count;
+    o.synth_rate = rate;
+    return o;
+}
+
+static coll *new_coll(void)
+{
+    static coll c;
+    memset(&c, 0, sizeof c);
+    c.payload = "\x82\xa1" "a\x01\xa1" "b\xa3" "xyz";
+    c.payload_len = 10;
+    return &c;
+}
+
+static int test_count_thread_mode(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    coll *c = new_coll();
+    uc_sub_opts o = synth_opts(c, 64, 10000, 0);
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);    /* ends by itself after the last message */
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(atomic_load(&c->messages), 10000);
+    CHECK_EQ(atomic_load(&c->bad), 0);
+    CHECK_EQ(atomic_load(&c->biggest), 64);
+    CHECK_EQ(atomic_load(&c->batches), (10000 + 63) / 64);
+    CHECK_EQ(atomic_load(&c->exited), 1);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 10000);
+    CHECK_EQ(st.batches, (10000 + 63) / 64);
+    uc_synth_info info;
+    uc_sub_synth_info(s, &info);
+    CHECK_EQ(info.produced, 10000);
+    CHECK(info.start_ns > 0 && info.first_ns >= info.start_ns && info.last_ns >= info.first_ns);
+    size_t n;
+    CHECK(uc_sub_synth_latencies(s, &n) == NULL);
+    CHECK_EQ(n, 0);
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_unlimited_close(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = synth_opts(c, 16, 0, 0);
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    for (int i = 0; i < 2000 && atomic_load(&c->messages) < 100000; i++)
+        sleep_ms(1);
+    CHECK(atomic_load(&c->messages) >= 100000);
+    CHECK_EQ(uc_sub_wait(s, 10), UC_ERR_TIMEOUT);  /* no end of its own */
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    CHECK_EQ(atomic_load(&c->exited), 1);
+    CHECK_EQ(atomic_load(&c->bad), 0);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_deliver_stops(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    c->stop_after = 100;
+    uc_sub_opts o = synth_opts(c, 10, 0, 0);
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
+    CHECK_EQ(atomic_load(&c->messages), 100);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_caller_mode(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = synth_opts(c, 32, 1000, 0);
+    o.start = NULL;
+    o.on_exit = NULL;
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_wait(s, 0), UC_ERR_BUSY);
+    size_t got = 0;
+    CHECK_EQ(uc_sub_poll(s, -1, 100, &got), UC_OK);
+    CHECK_EQ(got, 100);
+    CHECK(!uc_sub_finished(s));
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* the rest, then the end */
+    CHECK_EQ(got, 900);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(uc_sub_poll(s, 10, 0, &got), UC_ERR_CLOSED);
+    CHECK_EQ(atomic_load(&c->messages), 1000);
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_paced(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    /* 2000 messages at 20,000/s: due over 100 ms; it may not be faster. */
+    uc_sub_opts o = synth_opts(c, 256, 2000, 20000.0);
+    o.synth_latency = 1;
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
+    CHECK_EQ(atomic_load(&c->messages), 2000);
+    uc_synth_info info;
+    uc_sub_synth_info(s, &info);
+    CHECK(info.last_ns - info.start_ns >= 99000000LL);   /* the last one was due at +99.95 ms */
+    /* Paced: batches are what was due, far fewer than 256 per call. */
+    CHECK(atomic_load(&c->batches) > 8);
+    size_t n;
+    const uint64_t *lat = uc_sub_synth_latencies(s, &n);
+    CHECK(lat != NULL);
+    CHECK_EQ(n, 2000);
+    for (size_t i = 0; i < n; i++)
+        CHECK(lat[i] != UINT64_MAX && lat[i] < 10000000000ULL);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_paced_backlog_drops(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    c->slow_ms = 20;   /* a target far slower than the offered rate */
+    uc_sub_opts o = synth_opts(c, 8, 4000, 40000.0);
+    o.synth_backlog_max = 100;
+    o.synth_latency = 1;
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK(st.dropped > 0);
+    CHECK_EQ(st.received + st.dropped, 4000);
+    CHECK_EQ(atomic_load(&c->messages), st.received);
+    uc_synth_info info;
+    uc_sub_synth_info(s, &info);
+    CHECK(info.max_backlog > 100);
+    size_t n, missing = 0;
+    const uint64_t *lat = uc_sub_synth_latencies(s, &n);
+    for (size_t i = 0; i < n; i++)
+        missing += lat[i] == UINT64_MAX;
+    CHECK_EQ(missing, st.dropped);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_close_while_sleeping(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = synth_opts(c, 1000, 0, 2.0);   /* one message every 500 ms */
+    uc_sub *s = uc_sub_open(bus, &o, &err);
+    CHECK(s);
+    for (int i = 0; i < 2000 && atomic_load(&c->messages) < 1; i++)
+        sleep_ms(1);
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);   /* the eventfd wakes its sleep */
+    CHECK(atomic_load(&c->messages) <= 2);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_bad_args(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = synth_opts(c, 8, 10, 0);
+    o.synth_payload.data = NULL;
+    CHECK(uc_sub_open(bus, &o, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ARG);
+    o = synth_opts(c, 0, 10, 0);
+    CHECK(uc_sub_open(bus, &o, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ARG);
+    uc_bus_free(bus);
+    return 0;
+}
+
+int main(void)
+{
+    run("count, thread mode, ends by itself", test_count_thread_mode);
+    run("no count: runs until closed", test_unlimited_close);
+    run("deliver returning non-zero stops", test_deliver_stops);
+    run("caller mode", test_caller_mode);
+    run("paced, latencies", test_paced);
+    run("paced, bounded backlog drops", test_paced_backlog_drops);
+    run("close wakes a paced sleep", test_close_while_sleeping);
+    run("bad arguments", test_bad_args);
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
