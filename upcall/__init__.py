@@ -19,6 +19,7 @@ from upcall._bus import (  # noqa: F401
     Publisher,
     StopDelivery,
     Subscription,
+    curve_keypair,
     native_threads,
     python_threads,
 )
@@ -27,6 +28,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
-    "native_threads", "python_threads",
+    "native_threads", "python_threads", "curve_keypair",
     "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
 ]

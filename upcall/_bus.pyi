@@ -15,6 +15,14 @@ class _Run(Protocol):
 
 ThreadFactory = Callable[[_Run], Any]
 
+CurveKey = str | bytes
+"""A CURVE key as 40 characters of Z85 text."""
+CurveKeyPair = tuple[CurveKey, CurveKey] | list[CurveKey]
+"""(public, secret), as made by curve_keypair()."""
+
+def curve_keypair() -> tuple[str, str]:
+    """A new CURVE key pair (public, secret) as Z85 strings; RuntimeError without CURVE."""
+
 def native_threads(run: _Run) -> None:
     """The default factory: the C core's own pthread (a marker; never called)."""
 
@@ -82,6 +90,9 @@ class Bus:
         on_error: Callable[[BaseException, Any], Any] | None = None,
         rcvhwm: int | None = None,
         max_message_size: int | None = None,
+        curve_server: CurveKeyPair | None = None,
+        curve_serverkey: CurveKey | None = None,
+        curve_client: CurveKeyPair | None = None,
     ) -> Subscription: ...
     def publisher(
         self,
@@ -91,6 +102,9 @@ class Bus:
         bind: bool = True,
         sndhwm: int | None = None,
         linger: float = 2.0,
+        curve_server: CurveKeyPair | None = None,
+        curve_serverkey: CurveKey | None = None,
+        curve_client: CurveKeyPair | None = None,
     ) -> Publisher: ...
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...

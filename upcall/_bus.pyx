@@ -41,6 +41,7 @@ include "_trampoline.pxi"
 include "_threads.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
+include "_curve.pxi"
 
 
 # ---- the registry: every open bus is closed before finalization ----------
@@ -167,7 +168,8 @@ cdef class Bus:
 
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, gil="adopt",
-                  with_topic=False, on_error=None, rcvhwm=None, max_message_size=None):
+                  with_topic=False, on_error=None, rcvhwm=None, max_message_size=None,
+                  curve_server=None, curve_serverkey=None, curve_client=None):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``target(msg)`` gets the decoded payload (``target(topic, msg)`` with
@@ -181,6 +183,10 @@ cdef class Bus:
         target and decode errors (default: sys.unraisablehook).  ``rcvhwm``:
         zmq receive high-water mark (0: no limit).  ``max_message_size``: bytes;
         larger messages are refused by libzmq (ZMQ_MAXMSGSIZE).
+        CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
+        makes this end the CURVE server; ``curve_serverkey=public`` (the
+        server's) makes it a client, with ``curve_client=(public, secret)`` or
+        a fresh pair.
         """
         cdef uc_sub_opts o
         cdef int err = 0
@@ -225,6 +231,7 @@ cdef class Bus:
             if max_message_size < 1:
                 raise ValueError(f"max_message_size must be >= 1, not {max_message_size!r}")
             mms = max_message_size
+        curve = _curve_keys(curve_server, curve_serverkey, curve_client)
 
         cdef Subscription sub = Subscription.__new__(Subscription)
         sub._bus = self
@@ -246,6 +253,7 @@ cdef class Bus:
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
         o.max_message_size = mms
+        _sub_curve(&o, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
         if kind == "sub":
@@ -287,12 +295,14 @@ cdef class Bus:
         self._subs.add(sub)
         return sub
 
-    def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0):
+    def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
+                  curve_server=None, curve_serverkey=None, curve_client=None):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
         mark (0: no limit).  ``linger``: seconds that unsent messages may keep
-        the socket open at close.
+        the socket open at close.  ``curve_server``, ``curve_serverkey``,
+        ``curve_client``: CURVE encryption, as for :meth:`subscribe`.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -300,12 +310,14 @@ cdef class Bus:
         ep = _endpoint_bytes(endpoint)
         if kind not in ("pub", "push"):
             raise ValueError(f"kind must be 'pub' or 'push', not {kind!r}")
+        curve = _curve_keys(curve_server, curve_serverkey, curve_client)
         memset(&o, 0, sizeof(o))
         o.kind = UC_PUB if kind == "pub" else UC_PUSH
         o.endpoint = ep
         o.bind = 1 if bind else 0
         o.sndhwm = _hwm(sndhwm, "sndhwm")
         o.linger_ms = _timeout_ms(linger, "linger")
+        _pub_curve(&o, curve)
         cdef Publisher pub = Publisher.__new__(Publisher)
         pub._bus = self
         pub.endpoint = endpoint

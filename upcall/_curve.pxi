@@ -1,0 +1,141 @@
+# CURVE security (ZeroMQ's CurveZMQ): key pairs and the per-socket roles.
+#
+# Keys travel as Z85 text, 40 characters for a 32-byte Curve25519 key.
+# curve_keypair() returns str; every argument accepts str or bytes.
+
+from upcall.includes.zmq cimport zmq_has, zmq_curve_keypair, zmq_curve_public, zmq_version
+
+_Z85_CHARS = ("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+              ".-:+=^!/*?&<>()[]{}@%$#")
+_Z85_INDEX = {c: i for i, c in enumerate(_Z85_CHARS)}
+_curve_checked = False
+
+
+cdef int _require_curve() except -1:
+    global _curve_checked
+    cdef int major = 0, minor = 0, patch = 0
+    if _curve_checked:
+        return 0
+    if not zmq_has(b"curve"):
+        zmq_version(&major, &minor, &patch)
+        raise RuntimeError(
+            f"CURVE security is not available: this libzmq ({major}.{minor}.{patch}) "
+            "was built without libsodium/tweetnacl (Debian's libzmq5 has it)")
+    _curve_checked = True
+    return 0
+
+
+cdef bytes _z85_key(object key, str name):
+    """A 40-character Z85 key as bytes (for zmq_setsockopt), or TypeError/ValueError."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(key).decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name} must be a 40-character Z85 key; "
+                             "it holds non-ASCII bytes") from None
+    elif isinstance(key, str):
+        text = key
+    else:
+        raise TypeError(f"{name} must be a 40-character Z85 key as str or bytes, "
+                        f"not {type(key).__name__}")
+    if len(text) != 40:
+        raise ValueError(f"{name} must be a 40-character Z85 key (a 32-byte CURVE key), "
+                         f"not {len(text)} characters")
+    for start in range(0, 40, 5):
+        value = 0
+        for pos in range(start, start + 5):
+            digit = _Z85_INDEX.get(text[pos])
+            if digit is None:
+                raise ValueError(f"{name} is not a Z85 key: {text[pos]!r} at position "
+                                 f"{pos} is not a Z85 character")
+            value = value * 85 + digit
+        if value > 0xFFFFFFFF:
+            raise ValueError(f"{name} is not a Z85 key: characters {start}-{start + 4} "
+                             "encode more than 32 bits")
+    return text.encode("ascii")
+
+
+cdef tuple _z85_pair(object pair, str name):
+    """(public, secret) as bytes; checks that the public key is the secret's."""
+    cdef char derived[41]
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError(f"{name} must be a (public, secret) pair of Z85 keys as made "
+                        f"by upcall.curve_keypair(), not {type(pair).__name__}"
+                        + (f" of length {len(pair)}" if isinstance(pair, (tuple, list)) else ""))
+    public = _z85_key(pair[0], f"{name}[0] (the public key)")
+    secret = _z85_key(pair[1], f"{name}[1] (the secret key)")
+    if zmq_curve_public(derived, secret) != 0:
+        raise ValueError(f"{name}: cannot derive a public key from the secret key")
+    if derived[:40] != public:
+        raise ValueError(f"{name}: the public key is not the one of this secret key "
+                         "(is the pair in (public, secret) order?)")
+    return (public, secret)
+
+
+def curve_keypair():
+    """A new CURVE key pair ``(public, secret)``: two 40-character Z85 strings.
+
+    Give the pair to the server side (``curve_server=(public, secret)``) and
+    the public key to its clients (``curve_serverkey=public``).  Keep the
+    secret key secret.  RuntimeError if libzmq has no CURVE support.
+    """
+    cdef char public[41]
+    cdef char secret[41]
+    _require_curve()
+    if zmq_curve_keypair(public, secret) != 0:
+        raise OSError(errno, "zmq_curve_keypair failed")
+    return (public[:40].decode("ascii"), secret[:40].decode("ascii"))
+
+
+cdef object _curve_keys(object server, object serverkey, object client):
+    """Resolve the CURVE keyword arguments of subscribe()/publisher().
+
+    None for a plain socket, else (serverkey, public, secret, is_server), all
+    bytes (serverkey None for a server).
+    """
+    if server is None and serverkey is None:
+        if client is not None:
+            raise ValueError("curve_client needs curve_serverkey (the public key of "
+                             "the CURVE server to connect to)")
+        return None
+    _require_curve()
+    if server is not None:
+        if serverkey is not None:
+            raise ValueError("curve_server and curve_serverkey are the two ends of a "
+                             "CURVE link: give one of them, not both")
+        if client is not None:
+            raise ValueError("curve_client is for the client end (with curve_serverkey); "
+                             "a CURVE server only has curve_server")
+        public, secret = _z85_pair(server, "curve_server")
+        return (None, public, secret, 1)
+    skey = _z85_key(serverkey, "curve_serverkey")
+    if client is None:
+        public, secret = [k.encode("ascii") for k in curve_keypair()]
+    else:
+        public, secret = _z85_pair(client, "curve_client")
+    return (skey, public, secret, 0)
+
+
+cdef inline const char *_key_ptr(object key):
+    if key is None:
+        return NULL
+    return <const char *>(<bytes>key)
+
+
+cdef int _sub_curve(uc_sub_opts *o, object keys) except -1:
+    # keys must stay alive until uc_sub_open returns (libzmq copies them).
+    if keys is not None:
+        o.curve_serverkey = _key_ptr(keys[0])
+        o.curve_publickey = _key_ptr(keys[1])
+        o.curve_secretkey = _key_ptr(keys[2])
+        o.curve_server = keys[3]
+    return 0
+
+
+cdef int _pub_curve(uc_pub_opts *o, object keys) except -1:
+    if keys is not None:
+        o.curve_serverkey = _key_ptr(keys[0])
+        o.curve_publickey = _key_ptr(keys[1])
+        o.curve_secretkey = _key_ptr(keys[2])
+        o.curve_server = keys[3]
+    return 0
