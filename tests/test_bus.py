@@ -38,6 +38,17 @@ def assert_same_sequence(got, expected):
                          % (len(got), len(expected), (got[len(expected):] or got[-3:])[:3]))
 
 
+def wait_stats(sub, **expected):
+    """Wait until sub.stats has the expected values; return the stats."""
+    last = {}
+
+    def check():
+        last.update(sub.stats)
+        return all(last[k] == v for k, v in expected.items())
+    wait_for(check, what=lambda: "stats %r to reach %r" % (last, expected))
+    return dict(last)
+
+
 @contextlib.contextmanager
 def pair(endpoints, transport, kind, mode, target, *, sub_bind=False, **sub_kw):
     """Open a publisher and a subscription connected over ``transport``.
@@ -78,11 +89,9 @@ def stream(endpoints, mode, kind, transport, n, *, sub_bind=False, **sub_kw):
         sender.start()
         col.wait(n, pump=pump)
         sender.finish()
-        # The counters are updated around the target call: wait for them to
-        # account for every call made so far.
-        wait_for(lambda: sub.stats["delivered"] == col.calls,
-                 what=lambda: "stats %r to count %d calls" % (sub.stats, col.calls))
-        stats = sub.stats
+        # The counters are updated around the target calls (per batch): wait
+        # for them to account for every call made so far.
+        stats = wait_stats(sub, received=col.calls, delivered=col.calls)
         assert_same_sequence(col.items, expected)
         assert stats["received"] == stats["delivered"] == n + col.probes
         assert stats["decode_errors"] == 0

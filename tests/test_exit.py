@@ -26,7 +26,7 @@ PRELUDE = textwrap.dedent("""
         KW = {"thread_factory": upcall.python_threads}
     elif mode == "executor":
         import concurrent.futures
-        EX = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="exitpool")
+        EX = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="exitpool")
         KW = {"thread_factory": EX.submit}
     else:
         KW = {"delivery": "caller"}
@@ -56,7 +56,7 @@ SIMPLE = PRELUDE + textwrap.dedent("""
     pub.send(b"t", {"hello": 1})
     if mode == "caller":
         while not got.is_set():
-            sub.poll(timeout=1.0)
+            sub.poll(timeout=1.0, max_messages=1)
     if not got.wait(20):
         sys.exit("no message delivered")
     # a second, idle subscription that never receives anything
@@ -95,7 +95,7 @@ FLOOD = PRELUDE + textwrap.dedent("""
     threading.Thread(target=flood, daemon=True).start()
     if mode == "caller":
         while not enough.is_set():
-            sub.poll(timeout=1.0)
+            sub.poll(timeout=0.05)
     if not enough.wait(20):
         sys.exit("only %d messages delivered" % count[0])
     print("exiting while delivering", count[0], flush=True)
@@ -118,6 +118,7 @@ def run_script(script, *args, ipc_dir):
     assert "Fatal Python error" not in proc.stderr, report
     assert "Traceback" not in proc.stderr, report
     assert "Segmentation" not in proc.stderr, report
+    assert "upcall: at exit" not in proc.stderr, report  # a loop that did not stop
     return proc
 
 

@@ -224,6 +224,44 @@ def test_custom_factory_gets_a_named_run_called_once():
     assert not threads[0].is_alive()
 
 
+def test_close_before_the_factory_ran_run():
+    # A factory may run run() late (a saturated executor) or, here, only
+    # after the subscription was closed.  Assumption: close() does not wait
+    # for a loop that never started (nothing can be delivered), and a run()
+    # called afterwards returns at once.
+    runs = []
+    with upcall.Bus() as bus:
+        sub = bus.subscribe("inproc://never-run", print, kind="pull", thread_factory=runs.append)
+        assert len(runs) == 1
+        try:
+            try:
+                # a correct close returns at once; 5 s only bounds a failure
+                sub.close(timeout=5)
+                outcome = None
+            except TimeoutError as exc:
+                outcome = exc
+        finally:
+            # run it late in any case, so that the bus can close afterwards
+            t = threading.Thread(target=runs[0])
+            t.start()
+            t.join(DEADLINE)
+        assert outcome is None, "close() waited for a loop that never started: %r" % outcome
+        assert sub.closed
+        assert not t.is_alive(), "run() called after close() did not return"
+
+
+def test_saturated_executor_subscriptions_close():
+    # One worker, two subscriptions: the second loop waits for the worker.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="busy") as ex:
+        with upcall.Bus(thread_factory=ex.submit) as bus:
+            first = bus.subscribe("inproc://sat-1", print, kind="pull")
+            second = bus.subscribe("inproc://sat-2", print, kind="pull")
+            # a correct close returns at once; 5 s only bounds a failure
+            second.close(timeout=5)
+            first.close(timeout=5)
+            assert first.closed and second.closed
+
+
 def test_factory_that_raises_fails_subscribe():
     def factory(run):
         raise RuntimeError("no threads today")
