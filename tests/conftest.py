@@ -1,3 +1,4 @@
+import contextlib
 import faulthandler
 import os
 import shutil
@@ -13,12 +14,27 @@ from helpers import Endpoints  # noqa: E402
 # A test that hangs (e.g. a deadlock inside the C core with the GIL held,
 # which no Python-level timeout can interrupt) dumps every thread's stack and
 # ends the run instead of hanging `make test` forever.
-HANG_TIMEOUT = 180
+HANG_TIMEOUT = 120
+
+
+_watchdog_file = None
+
+
+def pytest_configure(config):
+    # The dump must reach the real stderr, not pytest's capture of fd 2
+    # (which is lost when the process exits).
+    global _watchdog_file
+    capman = config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with ctx:
+        _watchdog_file = os.fdopen(os.dup(2), "w")
 
 
 @pytest.fixture(autouse=True)
-def _hang_watchdog():
-    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True)
+def _hang_watchdog(request):
+    f = _watchdog_file or sys.stderr
+    f.write("")
+    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True, file=f)
     try:
         yield
     finally:

@@ -251,15 +251,26 @@ def test_close_before_the_factory_ran_run():
 
 
 def test_saturated_executor_subscriptions_close():
-    # One worker, two subscriptions: the second loop waits for the worker.
+    # One worker, two subscriptions: the second loop waits for the worker
+    # until the first ends.  Closing the waiting one must not block on it.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="busy") as ex:
-        with upcall.Bus(thread_factory=ex.submit) as bus:
-            first = bus.subscribe("inproc://sat-1", print, kind="pull")
-            second = bus.subscribe("inproc://sat-2", print, kind="pull")
-            # a correct close returns at once; 5 s only bounds a failure
-            second.close(timeout=5)
-            first.close(timeout=5)
-            assert first.closed and second.closed
+        bus = upcall.Bus(thread_factory=ex.submit)
+        first = bus.subscribe("inproc://sat-1", print, kind="pull")
+        second = bus.subscribe("inproc://sat-2", print, kind="pull")
+        try:
+            try:
+                # a correct close returns at once; 5 s only bounds a failure
+                second.close(timeout=5)
+                outcome = None
+            except TimeoutError as exc:
+                outcome = exc
+        finally:
+            # free the worker first, so that everything can close in any case
+            first.close(timeout=DEADLINE)
+            second.close(timeout=DEADLINE)
+            bus.close(timeout=DEADLINE)
+        assert outcome is None, "close() waited for a loop that never started: %r" % outcome
+        assert first.closed and second.closed
 
 
 def test_factory_that_raises_fails_subscribe():
