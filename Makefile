@@ -12,7 +12,8 @@ PYENV_ROOT  ?= $(HOME)/.pyenv
 OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.12.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.13.*/bin/python3)
-THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py
+THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py tests/test_exit.py \
+                tests/test_reentrancy.py tests/test_backpressure.py
 
 .PHONY: all deps build test test-threads-all bench ctest sanitize fuzz soak clean
 
