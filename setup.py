@@ -33,6 +33,7 @@ MODULES = {
     # name: (pyx, C sources, needs zmq)
     "upcall._codec": ("upcall/_codec.pyx", CODEC_C, False),
     "upcall.handler": ("upcall/handler.pyx", CODEC_C, False),
+    "upcall.native": ("upcall/native.pyx", CODEC_C, False),
     "upcall._bus": ("upcall/_bus.pyx", CODEC_C + BUS_C, True),
 }
 
@@ -50,6 +51,15 @@ def extension(name, pyx, csources, zmq):
 only = {n.strip() for n in os.environ.get("UPCALL_ONLY", "").split(",") if n.strip()}
 extensions = [extension(n, *spec) for n, spec in MODULES.items()
               if (not only or n in only) and os.path.exists(spec[0])]
+
+# The C headers the installed .pxd files name (upcall/includes/bus.pxd ->
+# "bus.h"): shipped as package data so that users' Cython code can cimport
+# upcall with include_dirs=upcall.get_include().
+for _h in ("bus.h", "msgpack.h"):
+    _src, _dst = os.path.join("csrc", _h), os.path.join("upcall", "includes", _h)
+    if os.path.exists(_src) and (not os.path.exists(_dst) or open(_src).read() != open(_dst).read()):
+        with open(_src) as _f, open(_dst, "w") as _g:
+            _g.write(_f.read())
 
 from Cython.Build import cythonize  # noqa: E402  (after the libzmq check)
 

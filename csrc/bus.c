@@ -257,6 +257,7 @@ struct uc_sub {
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* signalled when finished or polling changes */
     int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
+    int opened;           /* uc_sub_open has returned the handle (under mu) */
 
     char last_endpoint[UC_ENDPOINT_MAX];
 
@@ -629,6 +630,13 @@ static size_t loop_run(uc_sub *s, int timeout_ms, size_t max_messages)
 static void loop_entry(void *arg)
 {
     uc_sub *s = arg;
+    /* A factory may run us before uc_sub_open has returned (a Python thread
+     * started while the opener waits): deliver only once the caller holds
+     * the handle, so that a target can always use it (stats, close). */
+    pthread_mutex_lock(&s->mu);
+    while (!s->opened)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     const uc_sub *prev = uc_current;
     uc_current = s;
     loop_run(s, -1, 0);
@@ -693,6 +701,10 @@ static uc_sub *sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
             *err = UC_ERR_THREAD;
             return NULL;
         }
+        pthread_mutex_lock(&s->mu);
+        s->opened = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
     } else {
         atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
     }

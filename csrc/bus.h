@@ -95,7 +95,8 @@ void *uc_bus_zmq_context(uc_bus *bus);
 typedef enum { UC_SUB = 1, UC_PULL = 2, UC_SYNTH = 3 } uc_sub_kind;
 typedef enum { UC_PUB = 1, UC_PUSH = 2 } uc_pub_kind;
 
-/* Called on the loop thread with n >= 1 messages.  Return 0 to go on,
+/* Called on the loop thread with n >= 1 messages, never before uc_sub_open
+ * has returned the handle.  Return 0 to go on,
  * non-zero to stop the loop (the subscription then ends as if closed). */
 typedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n);
 typedef void (*uc_exit_fn)(void *ctx);

@@ -24,10 +24,27 @@ from upcall._bus import (  # noqa: F401
     python_threads,
 )
 
+from upcall.handler import Counter, Handler  # noqa: F401
+from upcall import native  # noqa: F401  (upcall.native.NativeHandler, Count, FieldFilter)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
     "native_threads", "python_threads", "curve_keypair",
     "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
+    "Handler", "Counter", "native", "get_include",
 ]
+
+
+def get_include():
+    """Directories a Cython extension that cimports upcall needs.
+
+    ``[include_dir]``: the C headers (bus.h, msgpack.h) that upcall's .pxd
+    files name, shipped in ``upcall/includes``.  Pass it as ``include_dirs``
+    of the Extension; Cython finds ``upcall/*.pxd`` itself on ``sys.path``
+    (or add ``os.path.dirname(os.path.dirname(upcall.__file__))`` to
+    ``cythonize(include_path=...)``).
+    """
+    import os
+    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "includes")]

@@ -23,6 +23,8 @@ from upcall.includes.bus cimport *
 from upcall.includes.python cimport *
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
 from upcall._codec cimport Encoder, Decoder
+from upcall.handler cimport Handler
+from upcall.native cimport NativeHandler
 
 import atexit
 import itertools
@@ -42,6 +44,8 @@ include "_threads.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
+include "_targets.pxi"
+include "_synthetic.pxi"
 
 
 # ---- the registry: every open bus is closed before finalization ----------
@@ -169,7 +173,8 @@ cdef class Bus:
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, gil="adopt",
                   with_topic=False, on_error=None, rcvhwm=None, max_message_size=None,
-                  curve_server=None, curve_serverkey=None, curve_client=None):
+                  curve_server=None, curve_serverkey=None, curve_client=None,
+                  count=None, payload=None, rate=None, backlog_max=None, record_latency=False):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``target(msg)`` gets the decoded payload (``target(topic, msg)`` with
@@ -187,15 +192,25 @@ cdef class Bus:
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
         a fresh pair.
+        ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
+        called through the vtable) or an ``upcall.native.NativeHandler`` (it
+        runs without the GIL and upcalls only what it selects).
+        Endpoint ``"bench://"``: a synthetic source, no zmq (docs/upcalls.md):
+        ``count`` messages (None: no end; the subscription ends after the last),
+        each ``payload`` (msgpack bytes, default nil), offered at ``rate``
+        messages/s (None: as fast as they are taken); ``backlog_max``: a
+        paced source drops what is due beyond this backlog (counted as
+        dropped); ``record_latency``: keep each message's latency (paced, with
+        a count) for ``sub.synthetic``.
         """
         cdef uc_sub_opts o
         cdef int err = 0
         cdef Py_ssize_t i
         cdef uc_frame *frames = NULL
         self._check_open()
-        ep = _endpoint_bytes(endpoint)
-        if not callable(target):
-            raise TypeError(f"target must be callable, not {type(target).__name__}")
+        synth = _synthetic_args(endpoint, count, payload, rate, backlog_max, record_latency)
+        ep = b"" if synth is not None else _endpoint_bytes(endpoint)
+        target_kind = _target_kind(target)
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
         if kind not in ("sub", "pull"):
@@ -245,6 +260,7 @@ cdef class Bus:
         sub._st.gil_mode = GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
+        _set_target(sub, target_kind, batch)
 
         memset(&o, 0, sizeof(o))
         o.kind = UC_SUB if kind == "sub" else UC_PULL
@@ -256,6 +272,8 @@ cdef class Bus:
         _sub_curve(&o, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
+        if synth is not None:
+            _synthetic_opts(&o, synth)
         if kind == "sub":
             frames = <uc_frame *>malloc(max(1, len(topic_list)) * sizeof(uc_frame))
             if frames == NULL:
@@ -349,16 +367,15 @@ cdef class Bus:
                 errors.append(exc)
         for pub in list(self._pubs):
             pub.close()
+        # Shut the context down now.  It is terminated once its last socket
+        # is closed: at once, or, for a loop that is still running (closed
+        # from inside its own target, or stuck), when that loop ends.
+        c = self._c
+        self._c = NULL
+        with nogil:
+            uc_bus_free(c)
         if errors:
             raise TimeoutError(f"{len(errors)} subscription(s) did not stop: {errors[0]}")
-        # zmq_ctx_term waits for every socket.  A loop closed from inside its
-        # own target closes its socket only after that target returns; then
-        # the context ends when that Subscription lets go of this Bus.
-        if all(uc_sub_finished((<Subscription>s)._c) for s in subs):
-            c = self._c
-            self._c = NULL
-            with nogil:
-                uc_bus_free(c)
 
     def __enter__(self):
         return self

@@ -76,6 +76,8 @@ cdef class Subscription:
             # The loop holds a reference to us while it runs, so it has ended.
             uc_sub_free(self._c)
             self._c = NULL
+        free(self._st.selected)
+        self._st.selected = NULL
 
     def __repr__(self):
         state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
@@ -84,7 +86,7 @@ cdef class Subscription:
     @property
     def closed(self):
         """True once close() was called or delivery ended (StopDelivery)."""
-        return self._closed or (not self._caller and self._c != NULL and uc_sub_finished(self._c))
+        return self._closed or (self._c != NULL and uc_sub_finished(self._c))
 
     @property
     def stats(self):
@@ -150,6 +152,16 @@ cdef class Subscription:
                 break
         return done
 
+    def wait(self, timeout=None):
+        """Wait for the loop to end by itself (a synthetic source's last
+        message, StopDelivery) without stopping it; True if it has ended."""
+        return _sub_wait(self, timeout)
+
+    @property
+    def synthetic(self):
+        """A synthetic source's figures (None for a socket); see _synthetic.pxi."""
+        return _synthetic_info(self)
+
     def close(self, timeout=None):
         """Stop delivery and wait for the loop to end.
 
@@ -193,7 +205,7 @@ cdef class Subscription:
         if not isinstance(exc, Exception):
             # KeyboardInterrupt, SystemExit...: in caller mode they belong to
             # the caller, so poll() re-raises them.  On a delivery thread they
-            # end this subscription, like StopDelivery, after being reported.
+            # end this subscription after being reported.
             if self._caller:
                 self._pending = exc
                 return 1

@@ -32,6 +32,19 @@ cdef struct loop_state:
     int gil_mode
     int adopted              # this thread holds a GILState registration for the loop
     PyGILState_STATE gstate
+    # What the target is (subscribe() decides once): TARGET_CALLABLE,
+    # TARGET_HANDLER (an upcall.Handler: on_message through the vtable) or
+    # TARGET_NATIVE (an upcall.native.NativeHandler: select() without the GIL).
+    int kind
+    PyObject *native         # TARGET_NATIVE: the handler (Subscription._target keeps it)
+    size_t *selected         # TARGET_NATIVE: room for `batch` indices (freed by the Subscription)
+    uc_sub *c                # TARGET_NATIVE: for the stats, learnt under the GIL on the first batch
+
+
+cdef enum:
+    TARGET_CALLABLE = 0
+    TARGET_HANDLER = 1
+    TARGET_NATIVE = 2
 
 
 cdef inline bint _python_gone() noexcept nogil:
@@ -42,24 +55,49 @@ cdef int _deliver(void *ctx, const uc_msg *batch, size_t n) noexcept nogil:
     cdef loop_state *st = <loop_state *>ctx
     cdef size_t i
     cdef int stop = 0
+    cdef Py_ssize_t k
+    cdef const size_t *idx = NULL
     if _python_gone():
         return 1
+    if st.kind == TARGET_NATIVE:
+        # The native handler sees the raw views, GIL-free; Python is entered
+        # (once for the batch) only for what it selects.
+        if st.c == NULL:
+            if st.gil_mode == GIL_ADOPT and not st.adopted:
+                _adopt(st)
+            with gil:   # subscribe() has returned: its uc_sub is known
+                st.c = (<Subscription>st.owner)._c
+        k = (<NativeHandler>st.native).select(batch, n, st.selected)
+        if k < 0:
+            return 1
+        uc_sub_add_stat(st.c, UC_STAT_DELIVERED, n)
+        if k == 0:
+            return 0
+        idx = st.selected
+        n = <size_t>k
     if st.gil_mode == GIL_PER_UPCALL:
         for i in range(n):
             with gil:
-                stop = _deliver_batch(<Subscription>st.owner, batch + i, 1)
+                if idx != NULL:
+                    stop = _deliver_batch(<Subscription>st.owner, batch, 1, idx + i)
+                else:
+                    stop = _deliver_batch(<Subscription>st.owner, batch + i, 1, NULL)
             if stop or _python_gone():
                 return 1
         return 0
     if not st.adopted:
-        # First upcall on this thread: create (native thread) or find (Python
-        # thread) its thread state and keep it registered until the loop ends,
-        # so the `with gil` below never builds one.
-        st.gstate = PyGILState_Ensure()
-        PyEval_SaveThread()
-        st.adopted = 1
+        _adopt(st)
     with gil:
-        return _deliver_batch(<Subscription>st.owner, batch, n)
+        return _deliver_batch(<Subscription>st.owner, batch, n, idx)
+
+
+cdef inline void _adopt(loop_state *st) noexcept nogil:
+    # First upcall on this thread: create (native thread) or find (Python
+    # thread) its thread state and keep it registered until the loop ends,
+    # so the `with gil` of later batches never builds one.
+    st.gstate = PyGILState_Ensure()
+    PyEval_SaveThread()
+    st.adopted = 1
 
 
 cdef void _loop_exit(void *ctx) noexcept nogil:
@@ -82,8 +120,13 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
             Py_DecRef(owner)
 
 
-cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n) noexcept:
-    """Decode and deliver n messages with the GIL held; non-zero stops the loop."""
+cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n,
+                        const size_t *idx) noexcept:
+    """Decode and deliver n messages with the GIL held; non-zero stops the loop.
+
+    idx: NULL, or the messages are batch[idx[0]], ..., batch[idx[n-1]] (what a
+    native handler selected; they were counted as delivered already).
+    """
     cdef size_t i = 0
     cdef uint64_t delivered = 0, decode_errors = 0, callback_errors = 0
     cdef int stop = 0
@@ -93,19 +136,35 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n) noexcep
     cdef object target = sub._target
     cdef object obj = None
     cdef bint with_topic = sub._with_topic
+    cdef Handler handler = None
+    if sub._st.kind == TARGET_NATIVE:
+        target = (<NativeHandler>target).target
+        if target is None:
+            return 0
+    if isinstance(target, Handler):
+        handler = <Handler>target
+        if handler.batches:
+            return _deliver_list(sub, handler, batch, n, idx)
     while i < n and not stop:
         # One try block per batch, not per message: the handler resumes the
         # loop after the message that failed.
         try:
             while i < n:
-                m = batch + i
+                m = batch + (idx[i] if idx != NULL else i)
                 decoding = True
                 if m.n_frames > 2:
                     raise DecodeError(
-                        f"message has {m.n_frames} frames; expected [topic, payload]")
+                        f"message has {m.n_frames} frames; expected [topic, payload]",
+                        None, "frames")   # no byte is at fault: offset None
                 obj = decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
                 decoding = False
-                if with_topic:
+                if handler is not None:   # the vtable: a C call, no tuple
+                    if with_topic:
+                        handler.on_topic_message(
+                            PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj)
+                    else:
+                        handler.on_message(obj)
+                elif with_topic:
                     target(PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj)
                 else:
                     target(obj)
@@ -124,10 +183,16 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n) noexcep
                 decode_errors += 1
                 stop = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
                     m.payload.data, <Py_ssize_t>m.payload.size))
+            elif isinstance(exc, SystemExit) and not sub._caller:
+                # Ends this delivery thread's work silently, as SystemExit
+                # ends a threading.Thread (caller mode: poll() re-raises it).
+                delivered += 1
+                stop = 1
+                sub._closed = True
             else:
                 callback_errors += 1
                 stop = sub._report(exc, obj)
-    if delivered:
+    if delivered and idx == NULL:
         uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, delivered)
     if decode_errors:
         uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, decode_errors)

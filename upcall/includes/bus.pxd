@@ -40,6 +40,7 @@ cdef extern from "bus.h" nogil:
     ctypedef enum uc_sub_kind:
         UC_SUB
         UC_PULL
+        UC_SYNTH
     ctypedef enum uc_pub_kind:
         UC_PUB
         UC_PUSH
@@ -65,6 +66,11 @@ cdef extern from "bus.h" nogil:
         const char *curve_publickey
         const char *curve_secretkey
         int curve_server
+        uc_frame synth_payload
+        uint64_t synth_count
+        double synth_rate
+        uint64_t synth_backlog_max
+        int synth_latency
 
     ctypedef struct uc_sub:
         pass
@@ -94,6 +100,15 @@ cdef extern from "bus.h" nogil:
     void uc_sub_stats(const uc_sub *sub, uc_stats *out)
     void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n)
     const char *uc_sub_last_endpoint(const uc_sub *sub)
+    int uc_sub_wait(uc_sub *sub, int timeout_ms)
+    ctypedef struct uc_synth_info:
+        uint64_t produced
+        uint64_t max_backlog
+        int64_t start_ns
+        int64_t first_ns
+        int64_t last_ns
+    void uc_sub_synth_info(const uc_sub *sub, uc_synth_info *out)
+    const uint64_t *uc_sub_synth_latencies(const uc_sub *sub, size_t *n)
 
     ctypedef struct uc_pub_opts:
         uc_pub_kind kind
