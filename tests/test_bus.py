@@ -847,3 +847,94 @@ def test_context_managers_close(endpoints):
             assert sub.closed
         assert pub.closed
     assert bus.closed
+
+
+# --- more lifetimes ------------------------------------------------------------------
+
+def test_bus_close_from_inside_a_target(endpoints):
+    bus = upcall.Bus()
+    done = threading.Event()
+    holder = []
+
+    def target(msg):
+        bus.close()  # must not deadlock on this very loop
+        holder.append(msg)
+        done.set()
+
+    ep = endpoints("inproc")
+    pub = bus.publisher(ep, kind="push")
+    sub = bus.subscribe(ep, target, kind="pull")
+    pub.send(b"t", "x")
+    assert done.wait(DEADLINE), "bus.close() inside a target did not return"
+    assert holder == ["x"]
+    assert bus.closed and pub.closed
+    wait_for(lambda: sub.closed, what="the subscription to end after bus.close()")
+
+
+def test_publisher_close_wakes_a_blocked_send(endpoints):
+    # PUSH with no peer: send(timeout=None) blocks.  Closing the publisher
+    # from another thread must end that send with an error (the message can
+    # never go), not leave the thread blocked forever.
+    with upcall.Bus() as bus:
+        pub = bus.publisher(endpoints("inproc"), kind="push")
+        outcome = []
+        started = threading.Event()
+
+        def blocked():
+            started.set()
+            try:
+                pub.send(b"t", 1)
+                outcome.append("returned")
+            except Exception as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=blocked, daemon=True)
+        t.start()
+        assert started.wait(DEADLINE)
+        # the send is in progress (or about to be): close must stop it either way
+        pub.close()
+        t.join(10)  # a correct close wakes it at once; 10 s only bounds a failure
+        assert not t.is_alive(), "send() still blocked after its publisher was closed"
+        assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_large_payloads(endpoints, transport):
+    col = Collector()
+    big = [b"\x00\x01" * 500_000, "ü" * 300_000, list(range(100_000)),
+           {"blob": bytes(range(256)) * 20_000, "n": 1}, b"z" * (8 << 20)]
+    with pair(endpoints, transport, "pull", "native", col) as (pub, sub, _):
+        for obj in big:
+            pub.send(b"big", obj)
+        col.wait(len(big))
+    assert len(col.items) == len(big)
+    for got, want in zip(col.items, big):
+        assert type(got) is type(want) and got == want
+
+
+def test_concurrent_subscribe_close_from_threads(endpoints):
+    errors = []
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        pub = bus.publisher(ep, kind="pub")
+        base_threads = thread_count()
+
+        def worker(k):
+            try:
+                for i in range(40):
+                    kw = mode_kwargs("python" if (i + k) % 2 else "native")
+                    with bus.subscribe(ep, Collector(), **kw) as sub:
+                        assert not sub.closed
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        wait_for(lambda: thread_count() <= base_threads,
+                 what=lambda: "threads back to %d (now %d)" % (base_threads, thread_count()))
+        pub.close()
