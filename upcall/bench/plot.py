@@ -16,11 +16,20 @@ from typing import Any, Iterable, Sequence
 
 #: Metrics drawn per section: (field, axis label, whether lower is better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {
+    "upcalls": [("rate", "upcalls/s", False)],
+    "contention": [("delivered_ratio", "delivered / offered", False),
+                   ("busy_ratio", "busy loop speed / alone", False),
+                   ("p99_ms", "latency p99 ms", True)],
     "bus": [("rate", "delivered msgs/s", False),
             ("cpu_us_per_msg", "subscriber CPU us/msg", True),
             ("p50_us", "round trip p50 us", True),
             ("p99_us", "round trip p99 us", True)],
 }
+
+#: Sections drawn on a log scale (rates spanning decades).
+LOG_SECTIONS = {"upcalls", "contention"}
+#: Per-section (label field, group field) when the guessed ones do not fit.
+FIELDS_BY_SECTION = {"upcalls": ("variant", "case"), "contention": ("variant", "case")}
 
 #: Fields that name the bar within a group, and the group, tried in order.
 LABEL_FIELDS = ("mode", "variant", "label", "name", "target")
@@ -87,6 +96,8 @@ def plot(records: Sequence[dict], path: str) -> None:
     for row, (name, recs, metrics) in enumerate(panels):
         label_f = _first_field(recs, LABEL_FIELDS)
         group_f = _first_field(recs, GROUP_FIELDS)
+        if name in FIELDS_BY_SECTION:
+            label_f, group_f = FIELDS_BY_SECTION[name]
         labels = list(OrderedDict.fromkeys(str(r.get(label_f, i)) if label_f else str(i)
                                            for i, r in enumerate(recs)))
         groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
@@ -120,8 +131,10 @@ def plot(records: Sequence[dict], path: str) -> None:
             ax.set_title(f"{name}: {axis_label}" + (" (lower is better)" if lower_better else ""),
                          fontsize=9)
             ax.tick_params(labelsize=8)
+            if name in LOG_SECTIONS:
+                ax.set_yscale("log")
             if col == 0:
-                ax.legend(fontsize=7)
+                ax.legend(fontsize=6 if len(labels) > 8 else 7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
