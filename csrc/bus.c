@@ -258,6 +258,7 @@ struct uc_sub {
     pthread_cond_t cv;    /* signalled when finished or polling changes */
     int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
     int opened;           /* uc_sub_open has returned the handle (under mu) */
+    int started;        /* thread mode: the loop took the socket (under mu) */
 
     char last_endpoint[UC_ENDPOINT_MAX];
 
@@ -636,7 +637,15 @@ static void loop_entry(void *arg)
     pthread_mutex_lock(&s->mu);
     while (!s->opened)
         pthread_cond_wait(&s->cv, &s->mu);
+    int closed_before_start = atomic_load_explicit(&s->finished, memory_order_relaxed);
+    s->started = 1;
     pthread_mutex_unlock(&s->mu);
+    if (closed_before_start) {
+        /* A late start (e.g. a saturated pool): uc_sub_close already closed
+         * the socket and ran on_exit.  Nothing is owed but our reference. */
+        sub_release(s);
+        return;
+    }
     const uc_sub *prev = uc_current;
     uc_current = s;
     loop_run(s, -1, 0);
@@ -924,6 +933,23 @@ int uc_sub_close(uc_sub *s, int timeout_ms)
     if (uc_current == s)
         return UC_OK; /* inside deliver (or on_exit): the loop ends after it returns */
     pthread_mutex_lock(&s->mu);
+    if (s->thread_mode && !s->started && !atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+        /* The factory has not run the loop yet (it may never): nothing can
+         * be delivered, so do not wait for it.  The socket is idle and ours,
+         * and on_exit runs here, so that ctx is not needed after close
+         * returns; a late start finds the subscription finished and returns. */
+        sub_finalize(s);
+        atomic_store_explicit(&s->finished, 1, memory_order_release);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (s->on_exit) {
+            const uc_sub *prev = uc_current;
+            uc_current = s;
+            s->on_exit(s->ctx);
+            uc_current = prev;
+        }
+        return UC_OK;
+    }
     int rc = wait_locked(s, timeout_ms, !s->thread_mode);
     if (rc == 0 && !s->thread_mode && !atomic_load_explicit(&s->finished, memory_order_relaxed)) {
         /* No poll runs: the socket is idle and ours to close. */
@@ -1156,6 +1182,14 @@ out:;
     pthread_mutex_unlock(&p->mu);
     errno = e;
     return rc;
+}
+
+void uc_pub_shutdown(uc_pub *p)
+{
+    if (!p)
+        return;
+    atomic_store_explicit(&p->closing, 1, memory_order_relaxed);
+    efd_signal(p->efd);
 }
 
 void uc_pub_close(uc_pub *p)

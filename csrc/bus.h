@@ -20,7 +20,10 @@
  * close that timed out, or from inside deliver): the memory is then released
  * by the loop itself when it ends.  `on_exit` is called exactly once on the
  * loop's thread when the loop ends for good (thread mode only), after the
- * last deliver; it is the place to drop per-thread state.
+ * last deliver; it is the place to drop per-thread state.  A subscription
+ * closed before its factory ran the loop is closed at once (nothing can be
+ * delivered) and on_exit runs then, on the closing thread; a late start
+ * returns at once.
  */
 #ifndef UPCALL_BUS_H
 #define UPCALL_BUS_H
@@ -235,7 +238,13 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err);
 int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
                 const void *payload, size_t payload_len, int timeout_ms);
 
-/* Close the socket (lingering up to linger_ms) and free. */
+/* Make every send, one blocked now or one to come, return UC_ERR_CLOSED;
+ * the publisher stays valid until uc_pub_close.  For closing while other
+ * threads may still be about to call uc_pub_send. */
+void uc_pub_shutdown(uc_pub *pub);
+
+/* Close the socket (lingering up to linger_ms) and free.  No uc_pub_send may
+ * run or start concurrently (uc_pub_shutdown first, then wait for them). */
 void uc_pub_close(uc_pub *pub);
 
 /* The endpoint as resolved at open (see uc_sub_last_endpoint). */

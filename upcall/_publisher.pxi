@@ -119,6 +119,8 @@ cdef class Publisher:
                     raise BlockingIOError("send would block: the high-water mark is reached")
                 raise TimeoutError(f"send did not complete within {ms} ms "
                                    "(high-water mark reached)")
+            if rc == UC_ERR_CLOSED:
+                raise ValueError("the publisher was closed during send")
             _raise_uc(rc, "send")
         return 0
 
@@ -133,7 +135,10 @@ cdef class Publisher:
             return
         self._c = NULL
         if self._in_flight:
-            self._closing = c    # another thread is sending on it right now
+            # Other threads are sending on it right now: wake the blocked ones
+            # (they raise), and the last one out frees it.
+            uc_pub_shutdown(c)
+            self._closing = c
         else:
             with nogil:
                 uc_pub_close(c)

@@ -126,5 +126,6 @@ cdef extern from "bus.h" nogil:
     uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err)
     int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len, int timeout_ms)
+    void uc_pub_shutdown(uc_pub *pub)
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)
