@@ -195,7 +195,7 @@ cdef class Bus:
         ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).
-        Endpoint ``"bench://"``: a synthetic source, no zmq (docs/upcalls.md):
+        Endpoint ``"bench://"``: a synthetic source, no zmq (README "Handlers"):
         ``count`` messages (None: no end; the subscription ends after the last),
         each ``payload`` (msgpack bytes, default nil), offered at ``rate``
         messages/s (None: as fast as they are taken); ``backlog_max``: a

@@ -59,6 +59,8 @@ def add_arguments(parser) -> None:
                    help=f"upcalls per run (default {DEFAULT_N:,}; quick {QUICK_N:,})")
     g.add_argument("--upcalls-repeats", type=int, default=None,
                    help=f"runs of each variant (default {DEFAULT_REPEATS}; quick 1)")
+    g.add_argument("--upcalls-idle-timeout", type=float, default=None, metavar="S",
+                   help="longest wait for an idle machine before each run (default 10; quick 0.5)")
 
 
 def _noop(msg):
@@ -169,6 +171,9 @@ def run(opts) -> list[dict]:
     repeats = opts.upcalls_repeats or (1 if opts.quick else DEFAULT_REPEATS)
     default_batch = upcall.DEFAULT_BATCH
     payloads = {"nil": b"\xc0", "map": small_payload()}
+    idle = opts.upcalls_idle_timeout
+    if idle is None:
+        idle = 0.5 if opts.quick else 10.0
     vs = variants(n, default_batch)
     # The batch rows compare 1/64/256 with each other: make sure 256 is there.
     if default_batch != 256:
@@ -190,7 +195,7 @@ def run(opts) -> list[dict]:
             for _, x in measure.interleave(vs, repeats):
                 rate, info = measure.run_stable(lambda: x.once(bus, payloads),
                                                 retries=2 if not opts.quick else 0,
-                                                idle_timeout=10.0 if not opts.quick else 0.5)
+                                                idle_timeout=idle)
                 x.rates.append(rate)
                 x.disturbed += info.disturbed
         finally:
