@@ -1,7 +1,8 @@
 # upcall: the two commands are `make test` and `make bench`.
 # Each one installs what it needs: libzmq headers (Debian libzmq3-dev) when
-# pkg-config cannot find them, a virtual environment .venv, the package in
-# editable mode with its test/bench extras.
+# pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# tests), a virtual environment .venv, the package in editable mode with its
+# test/bench extras.
 
 PYTHON      ?= python3
 VENV        := .venv
@@ -29,6 +30,12 @@ deps: .deps.stamp
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
+	@if ! command -v ip >/dev/null 2>&1; then \
+	  echo "ip not found: installing iproute2 with apt-get (tests/test_netns.py)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 >/dev/null; \
+	fi
 	@touch $@
 
 # --- the Python package ----------------------------------------------------
