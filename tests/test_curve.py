@@ -87,6 +87,15 @@ def test_bad_arguments(side, kwargs, exc, words):
             assert word in str(info.value)
 
 
+def test_inproc_is_refused():
+    """libzmq runs no handshake on inproc: keys there would silently do nothing."""
+    with upcall.Bus() as bus:
+        with pytest.raises(ValueError, match="inproc"):
+            bus.publisher("inproc://curve", curve_server=PUB_)
+        with pytest.raises(ValueError, match="inproc"):
+            bus.subscribe("inproc://curve", print, curve_serverkey=PUB_[0])
+
+
 # ---- delivery and refusal -------------------------------------------------
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

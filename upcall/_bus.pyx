@@ -246,7 +246,7 @@ cdef class Bus:
             if max_message_size < 1:
                 raise ValueError(f"max_message_size must be >= 1, not {max_message_size!r}")
             mms = max_message_size
-        curve = _curve_keys(curve_server, curve_serverkey, curve_client)
+        curve = _curve_keys(endpoint, curve_server, curve_serverkey, curve_client)
 
         cdef Subscription sub = Subscription.__new__(Subscription)
         sub._bus = self
@@ -328,7 +328,7 @@ cdef class Bus:
         ep = _endpoint_bytes(endpoint)
         if kind not in ("pub", "push"):
             raise ValueError(f"kind must be 'pub' or 'push', not {kind!r}")
-        curve = _curve_keys(curve_server, curve_serverkey, curve_client)
+        curve = _curve_keys(endpoint, curve_server, curve_serverkey, curve_client)
         memset(&o, 0, sizeof(o))
         o.kind = UC_PUB if kind == "pub" else UC_PUSH
         o.endpoint = ep

@@ -87,7 +87,7 @@ def curve_keypair():
     return (public[:40].decode("ascii"), secret[:40].decode("ascii"))
 
 
-cdef object _curve_keys(object server, object serverkey, object client):
+cdef object _curve_keys(str endpoint, object server, object serverkey, object client):
     """Resolve the CURVE keyword arguments of subscribe()/publisher().
 
     None for a plain socket, else (serverkey, public, secret, is_server), all
@@ -99,6 +99,10 @@ cdef object _curve_keys(object server, object serverkey, object client):
                              "the CURVE server to connect to)")
         return None
     _require_curve()
+    if endpoint.startswith("inproc://"):
+        # libzmq runs no security handshake on inproc: keys would be ignored.
+        raise ValueError("CURVE applies to tcp:// and ipc:// endpoints; libzmq does "
+                         f"no handshake on inproc:// (it never leaves the process): {endpoint!r}")
     if server is not None:
         if serverkey is not None:
             raise ValueError("curve_server and curve_serverkey are the two ends of a "
