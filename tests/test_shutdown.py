@@ -10,6 +10,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 
@@ -64,9 +65,12 @@ class Script:
         env = dict(os.environ)
         env["PYTHONPATH"] = UPCALL_PATH + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONFAULTHANDLER"] = "1"   # a hang or crash shows its stacks
+        # cwd elsewhere: `-c` puts the cwd first on sys.path, and the source
+        # tree's upcall/ may hold extensions built for another CPython.
         self.proc = subprocess.Popen(
             [sys.executable, "-c", PRELUDE + textwrap.dedent(body), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=tempfile.gettempdir())
         self.lines = queue.Queue()
         self.out = []
         threading.Thread(target=self._pump, daemon=True).start()
