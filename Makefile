@@ -78,11 +78,15 @@ sanitize: build
 	$(MAKE) --no-print-directory -C csrc sanitize
 	./tools/sanitize-python.sh
 
-fuzz: .deps.stamp
-	$(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
+# libFuzzer on the C reader (corpus in csrc/build/corpus), then atheris on the
+# decode-to-Python and subscription paths (corpora in build/corpus, logs in
+# build/fuzz-*.log): FUZZ_SECONDS each (default 60), one at a time, niced.
+fuzz: build
+	nice -n 19 $(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
+	nice -n 19 ./fuzz/run.sh $(or $(FUZZ_SECONDS),60)
 
 soak: build
-	$(PY) -m pytest -q -m soak -p no:cacheprovider
+	$(PY) -m pytest -q -s -m soak -p no:cacheprovider
 
 clean:
 	$(MAKE) --no-print-directory -C csrc clean
