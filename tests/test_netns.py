@@ -120,9 +120,9 @@ def peers(link):
     try:
         yield start
     finally:
-        link.up()          # a failed test may have left the link down
         for peer in started:
             peer.kill()
+        link.up()          # a failed test may have left the link down
 
 
 def status(sub):
