@@ -90,8 +90,13 @@ def test_close_another_subscription_from_a_target(endpoints, mode):
             closed_other.set()
 
         sub_a = bus.subscribe(ep_a, closer, kind="pull", **mode_kwargs(mode))
-        sender = threading.Thread(target=lambda: [pub_b.send(b"t", i, timeout=DEADLINE)
-                                                  for i in range(2000)], daemon=True)
+        def send_all():
+            try:
+                for i in range(2000):
+                    pub_b.send(b"t", i, timeout=DEADLINE)
+            except ValueError:
+                pass    # b is closed: its queue fills, and then the bus closes
+        sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
         b_items.wait(100)                    # b is delivering while a closes it
         pub_a.send(b"t", "close b")
@@ -103,7 +108,8 @@ def test_close_another_subscription_from_a_target(endpoints, mode):
         n = len(b_items)
         assert b_items.items == list(range(n))   # in order, none after close
         assert sub_b.stats["delivered"] == n
-        sender.join(DEADLINE)
+    sender.join(DEADLINE)   # the bus is closed: a send still blocked has returned
+    assert not sender.is_alive()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -21,6 +21,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 from upcall.includes.bus cimport *
 from upcall.includes.python cimport *
+from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
 from upcall._codec cimport Encoder, Decoder
 from upcall.handler cimport Handler

@@ -30,6 +30,8 @@ cdef object _raise_uc(int rc, str what):
     err = errno
     msg = uc_strerror(rc, err).decode("utf-8", "replace")
     if rc == UC_ERR_ZMQ or rc == UC_ERR_SYS:
+        if rc == UC_ERR_ZMQ and err == ETERM:
+            raise ValueError(f"{what}: the bus was closed")
         if err in (EINVAL, EPROTONOSUPPORT):
             raise ValueError(f"{what}: {msg}")
         raise OSError(err, f"{what}: {msg}")
