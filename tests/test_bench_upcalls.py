@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import upcall
+
 upcalls = pytest.importorskip("upcall.bench.upcalls")
 contention = pytest.importorskip("upcall.bench.contention")
 
@@ -24,7 +26,7 @@ def _opts(*argv):
 
 def test_upcalls_quick():
     records = upcalls.run(_opts("--upcalls-n", "5000"))
-    assert len(records) == len(upcalls.variants(5000, 256))
+    assert len(records) == len(upcalls.variants(5000, upcall.DEFAULT_BATCH))
     for r in records:
         assert FIELDS <= set(r), r
         assert r["rate"] > 0 and not math.isnan(r["rate"])

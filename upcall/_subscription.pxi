@@ -1,9 +1,12 @@
 # Subscription: one receive loop delivering decoded messages to one target.
 
 # Most messages delivered per GIL crossing when batch=None.  A busy main
-# thread hands over the GIL only once per switch interval (5 ms by default),
-# so one crossing must drain what arrived meanwhile; PERF.md has the figures.
-DEFAULT_BATCH = 256
+# thread hands the GIL over only once per switch interval (5 ms by default),
+# so one crossing must drain what arrived meanwhile: 256 capped a contended
+# subscription at 256 per 5 ms (49k of 100k msgs/s offered over tcp), 1024
+# took them all (PERF.md, Contention).  A batch only takes what is already
+# queued, so a larger one adds no latency; it costs ~220 KB of frame pool.
+DEFAULT_BATCH = 1024
 
 # A long poll()/close() wakes at least this often to let signals (Ctrl-C) in.
 cdef int _SIGNAL_SLICE_MS = 200

@@ -56,6 +56,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--contention-batches", default=",".join(map(str, SYNTH_BATCHES)),
                    help="batch sizes of the synthetic rows")
     g.add_argument("--contention-no-tcp", action="store_true", help="skip the tcp rows")
+    g.add_argument("--contention-tcp-batches", default=None,
+                   help="batch sizes of the tcp upcall rows (default: DEFAULT_BATCH)")
 
 
 def busy_loop(seconds: float) -> float:
@@ -173,7 +175,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def tcp_row(mode: str, rate: float, seconds: float) -> dict:
+def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) -> dict:
     import upcall
     lat: list[int] = []
     mono = time.monotonic_ns
@@ -186,7 +188,7 @@ def tcp_row(mode: str, rate: float, seconds: float) -> dict:
     bus = loop = None
     if mode == "upcall bus":
         bus = upcall.Bus()
-        sub = bus.subscribe(endpoint, target, kind="pull", bind=True)
+        sub = bus.subscribe(endpoint, target, kind="pull", bind=True, batch=batch)
     else:
         import zmq
         from upcall.bench.bus import PyzmqLoop
@@ -259,24 +261,25 @@ def run(opts) -> list[dict]:
                      target="python", thread="native", gil="adopt", batch=b, payload="map")
             rows.append(r)
     if not opts.contention_no_tcp:
-        modes = ["upcall bus"]
+        tcp_batches = [int(b) for b in (opts.contention_tcp_batches or
+                                        str(upcall.DEFAULT_BATCH)).split(",") if b.strip()]
+        modes = [("upcall bus", b) for b in tcp_batches]
         try:
             import zmq  # noqa: F401
-            modes.append("pyzmq loop")
+            modes.append(("pyzmq loop", 1))
         except ImportError:
             pass
-        for mode in modes:
+        for mode, b in modes:
             measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
-            r = tcp_row(mode, rate, seconds)
-            r.update(case="tcp", variant=f"tcp: {mode}", target="python",
+            r = tcp_row(mode, rate, seconds, b)
+            name = mode if len(tcp_batches) == 1 or mode != "upcall bus" else f"{mode}, batch {b}"
+            r.update(case="tcp", variant=f"tcp: {name}", mode=mode, target="python",
                      thread="native" if mode == "upcall bus" else "python (pyzmq)",
                      gil="adopt" if mode == "upcall bus" else "-",
-                     batch=upcall.DEFAULT_BATCH if mode == "upcall bus" else 1,
-                     payload="map+t")
+                     batch=b, payload="map+t")
             rows.append(r)
     solo.append(busy_loop(min(seconds, 1.0)))
     solo_rate = sum(solo) / len(solo)
-    bus_rate = next((r["rate"] for r in rows if r["variant"] == "tcp: upcall bus"), math.nan)
     zmq_rate = next((r["rate"] for r in rows if r["variant"] == "tcp: pyzmq loop"), math.nan)
     for r in rows:
         r["busy_ratio"] = report.ratio(r["busy_rate"], solo_rate)
@@ -286,7 +289,6 @@ def run(opts) -> list[dict]:
         r["busy_solo_rate"] = solo_rate
         if r["case"] == "tcp":
             r["ratio_to_pyzmq"] = report.ratio(r["rate"], zmq_rate)
-    del bus_rate
     cols = [report.Column("variant", "variant"),
             report.Column("offered_rate", "offered/s", fmt=report.fmt_rate),
             report.Column("rate", "delivered/s", fmt=report.fmt_rate),
