@@ -81,9 +81,19 @@ sanitize: build
 # libFuzzer on the C reader (corpus in csrc/build/corpus), then atheris on the
 # decode-to-Python and subscription paths (corpora in build/corpus, logs in
 # build/fuzz-*.log): FUZZ_SECONDS each (default 60), one at a time, niced.
-fuzz: build
+fuzz: build .clang.stamp
 	nice -n 19 $(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
 	nice -n 19 ./fuzz/run.sh $(or $(FUZZ_SECONDS),60)
+
+# libFuzzer needs clang; Debian's clang brings its runtime (libclang-rt-14-dev).
+.clang.stamp:
+	@if ! command -v clang >/dev/null 2>&1; then \
+	  echo "clang not found: installing clang with apt-get"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang >/dev/null; \
+	fi
+	@touch $@
 
 soak: build
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider
