@@ -1,9 +1,15 @@
 """Type stubs for upcall._bus: the bus, subscriptions, publishers, thread factories."""
 from types import TracebackType
-from typing import Any, Callable, Iterable, Literal, Protocol
+from array import array
+from typing import Any, Callable, Iterable, Literal, Protocol, Union, final
+
+from upcall.handler import Handler
+from upcall.native import NativeHandler
 
 Endpoint = str
-Target = Callable[..., Any]
+# A callable, an upcall.Handler (on_message through the vtable), or a native
+# handler that runs without the GIL and upcalls only what it selects.
+Target = Union[Callable[..., Any], Handler, NativeHandler]
 
 class StopDelivery(Exception):
     """Raise from a target to end its subscription cleanly."""
@@ -29,8 +35,7 @@ def native_threads(run: _Run) -> None:
 def python_threads(run: _Run) -> None:
     """Run the loop on a daemon ``threading.Thread`` named ``upcall-<n>``."""
 
-class Stats(dict[str, int]): ...
-
+@final
 class Subscription:
     """One receive loop delivering decoded messages to one target."""
     @property
@@ -46,14 +51,22 @@ class Subscription:
     @property
     def last_endpoint(self) -> str:
         """The endpoint as bound (tcp port 0 resolved), or as given."""
+    @property
+    def synthetic(self) -> dict[str, int | float | array | None] | None:
+        """A ``bench://`` source's figures (produced, dropped, max_backlog,
+        start_ns, first_ns, last_ns, seconds, latency_ns); None for a socket."""
     def poll(self, timeout: float | None = None, max_messages: int | None = None) -> int:
         """Caller mode: deliver on this thread; return how many messages were delivered."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the loop to end by itself (StopDelivery, a synthetic
+        source's last message) without stopping it; True if it has ended."""
     def close(self, timeout: float | None = None) -> None:
         """Stop delivery and wait for the loop to end (``TimeoutError`` after timeout)."""
     def __enter__(self) -> Subscription: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...
 
+@final
 class Publisher:
     """A PUB or PUSH socket; send() is safe from several threads."""
     @property
@@ -69,6 +82,7 @@ class Publisher:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...
 
+@final
 class Bus:
     """A zmq context and everything opened on it."""
     def __init__(self, io_threads: int = 1, thread_factory: ThreadFactory | None = None) -> None: ...
@@ -93,7 +107,14 @@ class Bus:
         curve_server: CurveKeyPair | None = None,
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
-    ) -> Subscription: ...
+        count: int | None = None,
+        payload: bytes | bytearray | memoryview | None = None,
+        rate: float | None = None,
+        backlog_max: int | None = None,
+        record_latency: bool = False,
+    ) -> Subscription:
+        """``endpoint="bench://"`` with count/payload/rate/backlog_max/
+        record_latency opens a synthetic source (no zmq), for benchmarks."""
     def publisher(
         self,
         endpoint: Endpoint,
