@@ -11,6 +11,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from helpers import Endpoints  # noqa: E402
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:
+    pass
+else:
+    # too_slow is a timing threshold: on a loaded CI machine it fails runs
+    # whose examples are fine.  The examples stay random; a failure prints
+    # the blob that reproduces it.
+    settings.register_profile("upcall", suppress_health_check=[HealthCheck.too_slow],
+                              print_blob=True)
+    settings.load_profile("upcall")
+
 # A test that hangs (e.g. a deadlock inside the C core with the GIL held,
 # which no Python-level timeout can interrupt) dumps every thread's stack and
 # ends the run instead of hanging `make test` forever.
