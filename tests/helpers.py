@@ -49,11 +49,36 @@ def wait_for(predicate, timeout=DEADLINE, what=None):
         delay = min(delay * 2, 0.02)
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Test ports come from below the kernel's ephemeral range, never from
+# bind(0): an ephemeral number can be handed to some connect() before the
+# test binds it, and a socket reconnecting to an ephemeral port that nobody
+# listens on can connect to itself.  Each process walks the range from its
+# own starting point, so concurrent runs rarely probe the same numbers, and
+# never hands out a number twice.
+_PORT_LOW = 20000
+_PORT_SPAN = max(_ephemeral_low() - _PORT_LOW, 1000)
+_port_walk = itertools.count(os.getpid() * 7919)
+
+
 def free_tcp_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1, free now, not ephemeral, not handed out before."""
+    for _ in range(_PORT_SPAN):
+        port = _PORT_LOW + next(_port_walk) % _PORT_SPAN
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free tcp port in %d..%d" % (_PORT_LOW, _PORT_LOW + _PORT_SPAN))
 
 
 class Endpoints:

@@ -10,13 +10,14 @@ import textwrap
 import pytest
 
 import upcall
+from helpers import free_tcp_port
 
 EXIT_TIMEOUT = 30
 # Import the same upcall as this test process, from any working directory.
 UPCALL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__)))
 
 PRELUDE = textwrap.dedent("""
-    import sys, threading
+    import os, sys, threading
     import upcall
 
     mode, transport, ipc_dir = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -31,20 +32,12 @@ PRELUDE = textwrap.dedent("""
     else:
         KW = {"delivery": "caller"}
 
-    def free_port():
-        import socket
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        return port
-
     if transport == "inproc":
         EP, EP2 = "inproc://exit-test", "inproc://idle"
     elif transport == "ipc":
         EP, EP2 = "ipc://" + ipc_dir + "/exit.sock", "ipc://" + ipc_dir + "/idle.sock"
     else:
-        EP, EP2 = ("tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port())
+        EP, EP2 = ("tcp://127.0.0.1:" + port for port in os.environ["TEST_TCP_PORTS"].split())
 """)
 
 # Subscribe, make sure delivery works, then simply end: no close anywhere.
@@ -106,6 +99,7 @@ def run_script(script, *args, ipc_dir):
     env = dict(os.environ)
     env["PYTHONPATH"] = UPCALL_PATH + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("PYTHONWARNINGS", None)
+    env["TEST_TCP_PORTS"] = "%d %d" % (free_tcp_port(), free_tcp_port())
     try:
         proc = subprocess.run([sys.executable, "-c", script, *args, ],
                               cwd=ipc_dir, env=env, capture_output=True, text=True,
