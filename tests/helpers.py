@@ -7,6 +7,7 @@ milliseconds.
 import itertools
 import os
 import socket
+import textwrap
 import threading
 import time
 import uuid
@@ -48,6 +49,46 @@ def wait_for(predicate, timeout=DEADLINE, what=None):
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
 
+
+# ---- scripts in a fresh interpreter -----------------------------------------
+
+# Where the upcall under test was imported from (the source tree with an
+# editable install, site-packages with `pip install .`), and this folder.
+UPCALL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__)))
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def script_env(**extra):
+    """The environment for a child interpreter: it imports the same upcall
+    as this process, and these helpers, from any working directory."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [UPCALL_PATH, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(extra)
+    return env
+
+
+# Opens a script that is run with a delivery mode as its first argument:
+# KW is what subscribe() takes for that mode.
+MODE_PRELUDE = textwrap.dedent("""
+    import sys
+    import upcall
+
+    mode = sys.argv[1]
+    if mode == "native":
+        KW = {}
+    elif mode == "python":
+        KW = {"thread_factory": upcall.python_threads}
+    elif mode == "executor":
+        import concurrent.futures
+        EX = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pool")
+        KW = {"thread_factory": EX.submit}
+    else:
+        KW = {"delivery": "caller"}
+""")
+
+
+# ---- tcp ports ----------------------------------------------------------------
 
 def _ephemeral_low():
     try:

@@ -37,7 +37,6 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 
 _out_lock = threading.Lock()
 
@@ -183,10 +182,8 @@ class Peer:
     ``ip netns exec NAME``) and its line conversation."""
 
     def __init__(self, argv, prefix=(), timeout=30.0):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [REPO, HERE] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env["PYTHONUNBUFFERED"] = "1"
+        from helpers import script_env   # the test side only
+        env = script_env(PYTHONUNBUFFERED="1")
         self.timeout = timeout
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, os.path.join(HERE, "netns_peer.py"), *argv],

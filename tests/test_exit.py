@@ -9,29 +9,14 @@ import textwrap
 
 import pytest
 
-import upcall
-from helpers import free_tcp_port
+from helpers import MODE_PRELUDE, free_tcp_port, script_env
 
 EXIT_TIMEOUT = 30
-# Import the same upcall as this test process, from any working directory.
-UPCALL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__)))
 
-PRELUDE = textwrap.dedent("""
-    import os, sys, threading
-    import upcall
+PRELUDE = MODE_PRELUDE + textwrap.dedent("""
+    import os, threading
 
-    mode, transport, ipc_dir = sys.argv[1], sys.argv[2], sys.argv[3]
-    if mode == "native":
-        KW = {}
-    elif mode == "python":
-        KW = {"thread_factory": upcall.python_threads}
-    elif mode == "executor":
-        import concurrent.futures
-        EX = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="exitpool")
-        KW = {"thread_factory": EX.submit}
-    else:
-        KW = {"delivery": "caller"}
-
+    transport, ipc_dir = sys.argv[2], sys.argv[3]
     if transport == "inproc":
         EP, EP2 = "inproc://exit-test", "inproc://idle"
     elif transport == "ipc":
@@ -96,10 +81,8 @@ FLOOD = PRELUDE + textwrap.dedent("""
 
 
 def run_script(script, *args, ipc_dir):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = UPCALL_PATH + os.pathsep + env.get("PYTHONPATH", "")
+    env = script_env(TEST_TCP_PORTS="%d %d" % (free_tcp_port(), free_tcp_port()))
     env.pop("PYTHONWARNINGS", None)
-    env["TEST_TCP_PORTS"] = "%d %d" % (free_tcp_port(), free_tcp_port())
     try:
         proc = subprocess.run([sys.executable, "-c", script, *args, ],
                               cwd=ipc_dir, env=env, capture_output=True, text=True,

@@ -16,30 +16,17 @@ import threading
 
 import pytest
 
-import upcall
+from helpers import MODE_PRELUDE, script_env
 
-UPCALL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__)))
 # The issue's bound for "ends with the expected status".  It is a hang
 # detector, not a performance threshold: each script ends in well under 1 s.
 END_WITHIN = 10.0
 # Waiting for a script to get ready (interpreter start-up, first delivery).
 READY_WITHIN = 30.0
 
-PRELUDE = textwrap.dedent("""
-    import os, sys, threading, time
-    import upcall
+PRELUDE = MODE_PRELUDE + textwrap.dedent("""
+    import os, threading, time
 
-    mode = sys.argv[1]
-    if mode == "native":
-        KW = {}
-    elif mode == "python":
-        KW = {"thread_factory": upcall.python_threads}
-    elif mode == "executor":
-        import concurrent.futures
-        EX = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pool")
-        KW = {"thread_factory": EX.submit}
-    else:
-        KW = {"delivery": "caller"}
     EP = "inproc://shutdown"
 
     def say(*a):
@@ -62,9 +49,7 @@ class Script:
     """A script in a subprocess whose stdout lines can be awaited."""
 
     def __init__(self, body, *args):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = UPCALL_PATH + os.pathsep + env.get("PYTHONPATH", "")
-        env["PYTHONFAULTHANDLER"] = "1"   # a hang or crash shows its stacks
+        env = script_env(PYTHONFAULTHANDLER="1")   # a hang or crash shows its stacks
         # cwd elsewhere: `-c` puts the cwd first on sys.path, and the source
         # tree's upcall/ may hold extensions built for another CPython.
         self.proc = subprocess.Popen(
