@@ -4,6 +4,7 @@ No timing thresholds anywhere: every wait is "until this condition holds, or
 fail after a generous deadline" (DEADLINE seconds); normally they return in
 milliseconds.
 """
+import concurrent.futures
 import itertools
 import os
 import socket
@@ -73,18 +74,10 @@ def script_env(**extra):
 MODE_PRELUDE = textwrap.dedent("""
     import sys
     import upcall
+    from helpers import mode_kwargs
 
     mode = sys.argv[1]
-    if mode == "native":
-        KW = {}
-    elif mode == "python":
-        KW = {"thread_factory": upcall.python_threads}
-    elif mode == "executor":
-        import concurrent.futures
-        EX = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pool")
-        KW = {"thread_factory": EX.submit}
-    else:
-        KW = {"delivery": "caller"}
+    KW = mode_kwargs(mode)
 """)
 
 
@@ -230,13 +223,19 @@ def warm_up(pub, collector, pump=None, topic=PROBE_TOPIC, timeout=DEADLINE):
 
 
 def mode_kwargs(mode):
-    """subscribe() keyword arguments for a delivery mode name."""
+    """subscribe() keyword arguments for a delivery mode name.
+
+    "executor" makes a two-thread ThreadPoolExecutor whose submit is the
+    thread factory; it lives as long as the process (for scripts)."""
     if mode == "native":
         return {}
     if mode == "python":
         return {"thread_factory": upcall.python_threads}
     if mode == "caller":
         return {"delivery": "caller"}
+    if mode == "executor":
+        pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pool")
+        return {"thread_factory": pool.submit}
     raise ValueError(mode)
 
 

@@ -30,7 +30,7 @@ import time
 import pytest
 
 import upcall
-from helpers import DEADLINE, fd_count, thread_count, wait_for
+from helpers import DEADLINE, fd_count, mode_kwargs, thread_count, wait_for
 
 TOTAL = int(os.environ.get("UPCALL_SOAK_MESSAGES", 10_000_000))
 SUB_MESSAGES = 100_000
@@ -123,8 +123,7 @@ def test_soak_10m_messages_with_subscription_churn(ipc_dir):
             _rearm_watchdog()
             mode = MODES[cycle % len(MODES)]
             counter = Counter(sent)
-            kwargs = {"thread_factory": upcall.python_threads} if mode == "python" else (
-                {"delivery": "caller"} if mode == "caller" else {})
+            kwargs = mode_kwargs(mode)
             endpoint = "ipc://%s/soak-%d.sock" % (ipc_dir, cycle)
             sub = bus.subscribe(endpoint, counter, kind="pull", bind=True, rcvhwm=1000, **kwargs)
             pub = bus.publisher(endpoint, kind="push", bind=False, sndhwm=1000)
