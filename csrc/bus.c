@@ -59,6 +59,15 @@ const char *uc_strerror(int code, int err)
     }
 }
 
+/* The failure return of the open functions: *err says which layer failed,
+ * errno (restored here, since the cleanup before it may change it) why. */
+static void *open_failed(int *err, int code, int saved_errno)
+{
+    errno = saved_errno;
+    *err = code;
+    return NULL;
+}
+
 /* ---- time helpers ----------------------------------------------------- */
 
 static void deadline_after(struct timespec *ts, int timeout_ms)
@@ -158,17 +167,13 @@ uc_bus *uc_bus_new(int io_threads, int *err)
     if (!bus->zctx) {
         int e = errno;
         free(bus);
-        errno = e;
-        *err = UC_ERR_ZMQ;
-        return NULL;
+        return open_failed(err, UC_ERR_ZMQ, e);
     }
     if (io_threads > 0 && zmq_ctx_set(bus->zctx, ZMQ_IO_THREADS, io_threads) != 0) {
         int e = errno;
         zmq_ctx_term(bus->zctx);
         free(bus);
-        errno = e;
-        *err = UC_ERR_ZMQ;
-        return NULL;
+        return open_failed(err, UC_ERR_ZMQ, e);
     }
     atomic_init(&bus->refs, 1);
     *err = UC_OK;
@@ -786,25 +791,19 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
     s->thread_mode = o->start != NULL;
     if ((e = pthread_mutex_init(&s->mu, NULL)) != 0) {
         free(s);
-        errno = e;
-        *err = UC_ERR_SYS;
-        return NULL;
+        return open_failed(err, UC_ERR_SYS, e);
     }
     if ((e = cond_init_monotonic(&s->cv)) != 0) {
         pthread_mutex_destroy(&s->mu);
         free(s);
-        errno = e;
-        *err = UC_ERR_SYS;
-        return NULL;
+        return open_failed(err, UC_ERR_SYS, e);
     }
     /* From here on sub_destroy can undo everything. */
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
         e = errno;
         sub_destroy(s);
-        errno = e;
-        *err = UC_ERR_SYS;
-        return NULL;
+        return open_failed(err, UC_ERR_SYS, e);
     }
     if (synth)
         return synth_open(s, o, err);
@@ -821,9 +820,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
     if (!s->sock) {
         e = errno;
         sub_destroy(s);
-        errno = e;
-        *err = UC_ERR_ZMQ;
-        return NULL;
+        return open_failed(err, UC_ERR_ZMQ, e);
     }
     s->bus = bus;
     bus_retain(bus);
@@ -853,9 +850,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         e = errno;
         sub_finalize(s);
         sub_destroy(s);
-        errno = e;
-        *err = UC_ERR_ZMQ;
-        return NULL;
+        return open_failed(err, UC_ERR_ZMQ, e);
     }
     s->bound = o->bind;
     return sub_start(s, o, err);
@@ -1080,18 +1075,14 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
     p->linger_ms = o->linger_ms;
     if ((e = pthread_mutex_init(&p->mu, NULL)) != 0) {
         free(p);
-        errno = e;
-        *err = UC_ERR_SYS;
-        return NULL;
+        return open_failed(err, UC_ERR_SYS, e);
     }
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->efd < 0) {
         e = errno;
         pthread_mutex_destroy(&p->mu);
         free(p);
-        errno = e;
-        *err = UC_ERR_SYS;
-        return NULL;
+        return open_failed(err, UC_ERR_SYS, e);
     }
     p->sock = zmq_socket(bus->zctx, o->kind == UC_PUB ? ZMQ_PUB : ZMQ_PUSH);
     int fail = !p->sock;
@@ -1116,9 +1107,7 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         close(p->efd);
         pthread_mutex_destroy(&p->mu);
         free(p);
-        errno = e;
-        *err = UC_ERR_ZMQ;
-        return NULL;
+        return open_failed(err, UC_ERR_ZMQ, e);
     }
     *err = UC_OK;
     return p;
