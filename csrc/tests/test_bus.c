@@ -272,6 +272,24 @@ static size_t coll_count(coll *c)
     return n;
 }
 
+/* Wait until a gated callback (c->gate) is inside deliver, blocked there. */
+static void coll_wait_entered(coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->entered)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Let a gated callback blocked in deliver return. */
+static void coll_release(coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->released = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static uc_sub_opts sub_opts(uc_sub_kind kind, const char *ep, int bind, coll *c, size_t batch)
 {
     uc_sub_opts o;
@@ -332,6 +350,27 @@ static void bind_ep(int transport, char *buf, size_t len)
 }
 
 static uc_bus *g_bus;
+
+enum { MODE_THREAD, MODE_CALLER };
+
+/* The pair most tests send through: a PULL subscription into c, bound to a
+ * fresh inproc endpoint (its loop on a thread, or run by uc_sub_poll in
+ * MODE_CALLER), and a PUSH publisher connected to it.  0, or 1 as a test. */
+static int open_pull_push(coll *c, size_t batch, int mode, uc_sub **s, uc_pub **p)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, c, batch);
+    if (mode == MODE_CALLER)
+        so.start = NULL;
+    int err;
+    *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(*s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(*p);
+    return 0;
+}
 
 /* PUSH -> PULL (PULL binds): N messages arrive once, in order, intact,
  * across batches no larger than `batch`; stats agree. */
@@ -556,17 +595,11 @@ static int test_large_frames(void)
 /* uc_sub_wake on a thread-mode loop only wakes it: delivery goes on. */
 static int test_wake(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 10);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 4);
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_THREAD, &s, &p), 0);
     for (int i = 0; i < 50; i++)
         uc_sub_wake(s);
     CHECK(!uc_sub_finished(s));
@@ -800,10 +833,7 @@ static int test_caller_close_other_thread(void)
     CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
     CHECK_EQ(send_str(p, "", "one"), UC_OK);
     /* Wait until the poll is inside deliver: it certainly runs now. */
-    pthread_mutex_lock(&c.mu);
-    while (!c.entered)
-        pthread_cond_wait(&c.cv, &c.mu);
-    pthread_mutex_unlock(&c.mu);
+    coll_wait_entered(&c);
     size_t d;
     CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_BUSY);
     CHECK_EQ(uc_sub_close(s, 20), UC_ERR_TIMEOUT);
@@ -844,19 +874,12 @@ static int test_caller_close_other_thread(void)
 /* Caller mode: free from inside deliver; the poll frees on its way out. */
 static int test_caller_free_in_callback(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 4);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 4);
-    so.start = NULL;
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_CALLER, &s, &p), 0);
     atomic_store(&c.sub, s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
     /* free from inside deliver, in caller mode */
     c.free_in_cb = 1;
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
@@ -872,19 +895,12 @@ static int test_caller_free_in_callback(void)
 /* Caller mode: a non-zero deliver return ends the poll and the subscription. */
 static int test_caller_stop_return(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 10);
     c.stop_at = 3;
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 1);
-    so.start = NULL;
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_CALLER, &s, &p), 0);
     for (int i = 0; i < 5; i++)
         CHECK_EQ(send_str(p, "", "x"), UC_OK);
     size_t d;
@@ -903,22 +919,16 @@ static int test_caller_stop_return(void)
  * UC_OK at once, and the loop ends (on_exit once, on the loop thread). */
 static int test_close_in_callback(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 10);
     c.cb_close_rc = 12345;
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 1);
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
     atomic_store(&c.sub, s);
     pthread_mutex_lock(&c.mu); /* the loop thread reads it */
     c.close_in_cb = 1;
     pthread_mutex_unlock(&c.mu);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     CHECK(wait_atomic(&c.exits, 1));
     CHECK_EQ(c.cb_close_rc, UC_OK);
@@ -935,22 +945,16 @@ static int test_close_in_callback(void)
 /* Thread mode: free from inside the callback; the loop frees on its way out. */
 static int test_free_in_callback(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 10);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 1);
     int before = atomic_load(&g_factory.finished);
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
     atomic_store(&c.sub, s);
     pthread_mutex_lock(&c.mu);
     c.free_in_cb = 1;
     pthread_mutex_unlock(&c.mu);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     CHECK(wait_atomic(&c.exits, 1));
     CHECK(wait_atomic(&g_factory.finished, before + 1));
@@ -962,18 +966,12 @@ static int test_free_in_callback(void)
 /* Thread mode: a non-zero return stops the loop; nothing more is delivered. */
 static int test_stop_return(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 100);
     c.stop_at = 5;
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 1);
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
     for (int i = 0; i < 20; i++)
         CHECK_EQ(send_str(p, "", "x"), UC_OK);
     CHECK(wait_atomic(&c.exits, 1));
@@ -1007,27 +1005,15 @@ static int test_free_before_end(void)
     CHECK(wait_atomic(&c1.exits, 1));
 
     /* Busy: free while the callback is stuck, then release it. */
-    char ep2[64];
-    bind_ep(T_INPROC, ep2, sizeof ep2);
     coll c2;
     coll_init(&c2, 4);
     c2.gate = 1;
-    so = sub_opts(UC_PULL, ep2, 1, &c2, 8);
-    s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep2, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c2, 8, MODE_THREAD, &s, &p), 0);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
-    pthread_mutex_lock(&c2.mu);
-    while (!c2.entered)
-        pthread_cond_wait(&c2.cv, &c2.mu);
-    pthread_mutex_unlock(&c2.mu);
+    coll_wait_entered(&c2);
     uc_sub_free(s);
-    pthread_mutex_lock(&c2.mu);
-    c2.released = 1;
-    pthread_cond_broadcast(&c2.cv);
-    pthread_mutex_unlock(&c2.mu);
+    coll_release(&c2);
     CHECK(wait_atomic(&c2.exits, 1));
     CHECK(wait_atomic(&g_factory.finished, before + 2));
     uc_pub_close(p);
@@ -1039,31 +1025,19 @@ static int test_free_before_end(void)
 /* Close with a timeout while the callback is stuck: TIMEOUT, then OK. */
 static int test_close_timeout(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 4);
     c.gate = 1;
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 8);
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 8, MODE_THREAD, &s, &p), 0);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
-    pthread_mutex_lock(&c.mu);
-    while (!c.entered)
-        pthread_cond_wait(&c.cv, &c.mu);
-    pthread_mutex_unlock(&c.mu);
+    coll_wait_entered(&c);
     CHECK_EQ(uc_sub_close(s, 20), UC_ERR_TIMEOUT);
     CHECK_EQ(uc_sub_close(s, 0), UC_ERR_TIMEOUT);
     CHECK(!uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 0);
-    pthread_mutex_lock(&c.mu);
-    c.released = 1;
-    pthread_cond_broadcast(&c.cv);
-    pthread_mutex_unlock(&c.mu);
+    coll_release(&c);
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     CHECK(uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 1); /* on_exit ran before close returned */
@@ -1288,18 +1262,11 @@ static int test_publisher_hwm_and_threads(void)
 /* Stats: received/batches from the core, the rest added by the upper layer. */
 static int test_stats(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 10);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 4);
-    so.start = NULL;
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_CALLER, &s, &p), 0);
     for (int i = 0; i < 10; i++)
         CHECK_EQ(send_str(p, "", "x"), UC_OK);
     size_t d;
