@@ -2,7 +2,6 @@
 
 Each case runs a real script in a fresh interpreter (subprocess, 30 s timeout).
 """
-import os
 import subprocess
 import sys
 import textwrap

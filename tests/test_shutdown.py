@@ -5,7 +5,6 @@ expected status within 10 s (the issue's bound), with no hang, no core dump
 and no fatal error.  `make test` runs this file on every CPython 3.10-3.13
 found, since thread-state and finalization behaviour differ between them.
 """
-import os
 import queue
 import signal
 import subprocess
