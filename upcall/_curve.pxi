@@ -83,7 +83,7 @@ def curve_keypair():
     cdef char secret[41]
     _require_curve()
     if zmq_curve_keypair(public, secret) != 0:
-        raise OSError(errno, "zmq_curve_keypair failed")
+        _check_rc(UC_ERR_ZMQ, "curve_keypair()")
     return (public[:40].decode("ascii"), secret[:40].decode("ascii"))
 
 
