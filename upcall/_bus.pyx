@@ -205,6 +205,7 @@ cdef class Bus:
         a count) for ``sub.synthetic``.
         """
         cdef uc_sub_opts o
+        cdef uc_synth_opts so
         cdef int err = 0
         cdef Py_ssize_t i
         cdef uc_frame *frames = NULL
@@ -270,11 +271,11 @@ cdef class Bus:
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
         o.max_message_size = mms
-        _sub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
         if synth is not None:
-            _synthetic_opts(&o, synth)
+            _synthetic_opts(&so, synth)
         if kind == "sub":
             frames = <uc_frame *>malloc(max(1, len(topic_list)) * sizeof(uc_frame))
             if frames == NULL:
@@ -301,7 +302,10 @@ cdef class Bus:
                 _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
             Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
         try:
-            sub._c = uc_sub_open(self._c, &o, &err)
+            if synth is not None:
+                sub._c = uc_synth_open(self._c, &o, &so, &err)
+            else:
+                sub._c = uc_sub_open(self._c, &o, &err)
         finally:
             free(frames)
         if sub._c == NULL:
@@ -336,7 +340,7 @@ cdef class Bus:
         o.bind = 1 if bind else 0
         o.sndhwm = _hwm(sndhwm, "sndhwm")
         o.linger_ms = _timeout_ms(linger, "linger")
-        _pub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         cdef Publisher pub = Publisher.__new__(Publisher)
         pub._bus = self
         pub.endpoint = endpoint

@@ -3,6 +3,9 @@
 # caller's, batches, trampolines, stats, close) fed by views of one payload
 # instead of zmq frames, so upcall rates measure the trampolines themselves.
 
+from upcall.includes.synth cimport (uc_synth_opts, uc_synth_open, uc_synth_info,
+                                    uc_synth_info_get, uc_synth_latencies)
+
 SYNTHETIC_PREFIX = "bench://"
 _NIL = b"\xc0"
 
@@ -42,15 +45,14 @@ cdef object _synthetic_args(object endpoint, object count, object payload, objec
     return (count or 0, payload, float(rate or 0.0), backlog_max or 0, 1 if record_latency else 0)
 
 
-cdef void _synthetic_opts(uc_sub_opts *o, tuple synth):
+cdef void _synthetic_opts(uc_synth_opts *o, tuple synth):
     cdef bytes payload = synth[1]
-    o.kind = UC_SYNTH
-    o.synth_count = synth[0]
-    o.synth_payload.data = <const char *>payload     # copied by uc_sub_open
-    o.synth_payload.size = len(payload)
-    o.synth_rate = synth[2]
-    o.synth_backlog_max = synth[3]
-    o.synth_latency = synth[4]
+    o.count = synth[0]
+    o.payload.data = <const char *>payload     # copied by uc_synth_open
+    o.payload.size = len(payload)
+    o.rate = synth[2]
+    o.backlog_max = synth[3]
+    o.record_latency = synth[4]
 
 
 cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
@@ -99,11 +101,11 @@ cdef object _synthetic_info(Subscription sub):
     cdef const uint64_t *lat
     if sub._c == NULL or not sub.endpoint.startswith(SYNTHETIC_PREFIX):
         return None
-    uc_sub_synth_info(sub._c, &info)
+    uc_synth_info_get(sub._c, &info)
     uc_sub_stats(sub._c, &st)
     latency = None
     if uc_sub_finished(sub._c):
-        lat = uc_sub_synth_latencies(sub._c, &n)
+        lat = uc_synth_latencies(sub._c, &n)
         if lat != NULL:
             import array
             latency = array.array("Q")
