@@ -324,7 +324,7 @@ cdef class Bus:
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
         o.max_message_size = mms
-        _sub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
         if kind == "sub":
@@ -391,7 +391,7 @@ cdef class Bus:
         o.bind = 1 if bind else 0
         o.sndhwm = _hwm(sndhwm, "sndhwm")
         o.linger_ms = _timeout_ms(linger, "linger")
-        _pub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         cdef Publisher pub = Publisher.__new__(Publisher)
         pub._bus = self
         pub.endpoint = endpoint

@@ -98,7 +98,7 @@ cdef class _Source:
     ``open`` makes the C subscription from the options subscribe() prepared
     (delivery, thread, batch), or returns NULL with ``err[0]`` set."""
 
-    cdef uc_sub *open(self, uc_bus *bus, uc_sub_opts *o, int *err) noexcept:
+    cdef uc_sub *open(self, uc_bus *bus, const uc_sub_opts *o, int *err) noexcept:
         err[0] = UC_ERR_ARG
         return NULL
 

@@ -4,6 +4,9 @@
 # the trampolines themselves.  Private, for the benchmark and the tests:
 # _synthetic_subscribe() opens one, _synthetic_info() reads its figures.
 
+from upcall.includes.synth cimport (uc_synth_opts, uc_synth_open, uc_synth_info,
+                                    uc_synth_info_get, uc_synth_latencies)
+
 _NIL = b"\xc0"
 
 # What Subscription.endpoint says for a synthetic source.
@@ -23,15 +26,16 @@ cdef class _SyntheticSource(_Source):
     cdef uint64_t backlog_max
     cdef int record_latency
 
-    cdef uc_sub *open(self, uc_bus *bus, uc_sub_opts *o, int *err) noexcept:
-        o.kind = UC_SYNTH
-        o.synth_count = self.count
-        o.synth_payload.data = <const char *>self.payload     # copied by uc_sub_open
-        o.synth_payload.size = len(self.payload)
-        o.synth_rate = self.rate
-        o.synth_backlog_max = self.backlog_max
-        o.synth_latency = self.record_latency
-        return uc_sub_open(bus, o, err)
+    cdef uc_sub *open(self, uc_bus *bus, const uc_sub_opts *o, int *err) noexcept:
+        cdef uc_synth_opts so
+        memset(&so, 0, sizeof(so))
+        so.count = self.count
+        so.payload.data = <const char *>self.payload     # copied by uc_synth_open
+        so.payload.size = len(self.payload)
+        so.rate = self.rate
+        so.backlog_max = self.backlog_max
+        so.record_latency = self.record_latency
+        return uc_synth_open(bus, o, &so, err)
 
 
 def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, rate=None,
@@ -102,11 +106,11 @@ def _synthetic_info(Subscription sub not None):
     cdef const uint64_t *lat
     if sub._c == NULL or not isinstance(sub._source, _SyntheticSource):
         return None
-    uc_sub_synth_info(sub._c, &info)
+    uc_synth_info_get(sub._c, &info)
     uc_sub_stats(sub._c, &st)
     latency = None
     if uc_sub_finished(sub._c):
-        lat = uc_sub_synth_latencies(sub._c, &n)
+        lat = uc_synth_latencies(sub._c, &n)
         if lat != NULL:
             import array
             latency = array.array("Q")
