@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 
-from upcall.bench import measure, report
+from bench import measure, report
 
 DEFAULT_RATE = 100_000
 DEFAULT_SECONDS = 3.0
@@ -82,7 +82,7 @@ def _pcts(lat_ns) -> tuple[float, float]:
 
 
 def _payload() -> bytes:
-    from upcall.bench.upcalls import small_payload
+    from bench.upcalls import small_payload
     return small_payload()
 
 
@@ -116,7 +116,7 @@ def synthetic_row(bus, rate: float, seconds: float, batch: int, payload: bytes) 
 
 def publish(endpoint: str, rate: float, seconds: float) -> int:
     """The publisher process: connect a PUSH, wait for "go", offer `rate` msgs/s."""
-    from upcall.bench.codec import SMALL_MESSAGE
+    from bench.codec import SMALL_MESSAGE
     msg = dict(SMALL_MESSAGE)
     msg["t"] = 2 ** 63                      # packs as uint64: 0xcf + 8 bytes
     try:
@@ -191,7 +191,7 @@ def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) ->
         sub = bus.subscribe(endpoint, target, kind="pull", bind=True, batch=batch)
     else:
         import zmq
-        from upcall.bench.bus import PyzmqLoop
+        from bench.bus import PyzmqLoop
         try:
             import msgspec
             decode = msgspec.msgpack.Decoder().decode
@@ -202,8 +202,8 @@ def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) ->
         loop = PyzmqLoop(ctx, endpoint, decode, target)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__)))), env.get("PYTHONPATH", "")] if p)
-    peer = subprocess.Popen([sys.executable, "-m", "upcall.bench.contention", "--publish",
+        os.path.abspath(__file__))), env.get("PYTHONPATH", "")] if p)
+    peer = subprocess.Popen([sys.executable, "-m", "bench.contention", "--publish",
                              endpoint, str(rate), str(seconds)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--publish":
         return publish(argv[1], float(argv[2]), float(argv[3]))
-    print("usage: python -m upcall.bench.contention --publish ENDPOINT RATE SECONDS",
+    print("usage: python -m bench.contention --publish ENDPOINT RATE SECONDS",
           file=sys.stderr)
     return 2
 

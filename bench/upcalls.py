@@ -19,12 +19,12 @@ Rows:
 * batch 1 / 64 / 256 on a native thread;
 * native nogil handlers: ``upcall.native.Count`` (nil payload) and
   ``upcall.native.FieldFilter`` over the 80-byte map (selects nothing), no GIL;
-* the 80-byte map payload (``upcall.bench.codec.SMALL_MESSAGE``) instead of nil;
+* the 80-byte map payload (``bench.codec.SMALL_MESSAGE``) instead of nil;
 * the ceiling: a C loop on the calling thread, GIL held, calling the same
   target (``upcall.handler.call_loop``).
 
 Variants are interleaved (A B C ..., rotated each repeat), each run waits for
-an idle machine and is redone if disturbed (upcall.bench.measure), figures
+an idle machine and is redone if disturbed (bench.measure), figures
 are median (min-max) of the repeats, ratios are within this run.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import math
 import sys
 import time
 
-from upcall.bench import measure, report
+from bench import measure, report
 
 DEFAULT_N = 5_000_000
 QUICK_N = 20_000
@@ -70,9 +70,9 @@ def _noop(msg):
 def small_payload() -> bytes:
     import upcall
     try:
-        from upcall.bench.codec import SMALL_MESSAGE
+        from bench.codec import SMALL_MESSAGE
     except ImportError:
-        from upcall.bench.peer import small_message
+        from bench.peer import small_message
         SMALL_MESSAGE = small_message()
     return bytes(upcall.packb(SMALL_MESSAGE))
 

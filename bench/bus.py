@@ -16,7 +16,7 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
 it measures:
 
 Throughput (PUSH/PULL, nothing may be lost)
-    A peer process (:mod:`upcall.bench.peer`; for inproc, a publisher thread
+    A peer process (:mod:`bench.peer`; for inproc, a publisher thread
     of this process on the same context) opens a PUSH that *connects* to the
     endpoint with SNDHWM 0 and sends all N messages before anybody listens.
     With zmq a connecting socket gets its pipe at connect time, so the whole
@@ -45,7 +45,7 @@ Round-trip latency
 Variants are interleaved (A B C D E, B C D E A, ...), repeated, and reported
 as median (min-max); before each timed run the machine must be idle
 (``/proc/stat``) and a run disturbed by other processes is redone (see
-:mod:`upcall.bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
+:mod:`bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
 same transport and the same run.
 """
 from __future__ import annotations
@@ -65,8 +65,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from upcall.bench import measure, report
-from upcall.bench.peer import (TOPIC, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
+from bench import measure, report
+from bench.peer import (TOPIC, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
                                ping_zmq, small_payload)
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
@@ -191,14 +191,14 @@ class Endpoints:
 # ---- the peer process ---------------------------------------------------------------
 
 class PeerProcess:
-    """``python -m upcall.bench.peer`` driven by JSON lines."""
+    """``python -m bench.peer`` driven by JSON lines."""
 
     def __init__(self, backend: str | None = None):
-        cmd = [sys.executable, "-m", "upcall.bench.peer"]
+        cmd = [sys.executable, "-m", "bench.peer"]
         if backend:
             cmd += ["--backend", backend]
         env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, bufsize=1, env=env)

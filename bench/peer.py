@@ -1,6 +1,6 @@
 """The other side of the bus benchmark: a flood publisher and a pinger.
 
-Run as ``python -m upcall.bench.peer [--backend zmq|upcall]``; the bus
+Run as ``python -m bench.peer [--backend zmq|upcall]``; the bus
 section starts one such process and drives it with one JSON command per line
 on stdin, answered by one JSON line on stdout:
 
@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from upcall.bench.measure import percentile
+from bench.measure import percentile
 
 TOPIC = b"bench.small"
 
@@ -49,9 +49,9 @@ REPLY_TIMEOUT = 5.0
 
 
 def small_message() -> dict:
-    """The codec benchmark's small message (``upcall.bench.codec.SMALL_MESSAGE``)."""
+    """The codec benchmark's small message (``bench.codec.SMALL_MESSAGE``)."""
     try:
-        from upcall.bench.codec import SMALL_MESSAGE
+        from bench.codec import SMALL_MESSAGE
     except ImportError:
         return dict(FALLBACK_MESSAGE)
     return SMALL_MESSAGE
@@ -258,7 +258,7 @@ def serve(backend: str, inp=sys.stdin, out=sys.stdout) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m upcall.bench.peer", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=["zmq", "upcall"],
                     default="zmq" if have_pyzmq() else "upcall")
