@@ -19,7 +19,7 @@ Rows:
 * batch 1 / 64 / 256 on a native thread;
 * native nogil handlers: ``upcall.native.Count`` (nil payload) and
   ``upcall.native.FieldFilter`` over the 80-byte map (selects nothing), no GIL;
-* the 80-byte map payload (``bench.codec.SMALL_MESSAGE``) instead of nil;
+* the 80-byte map payload (``bench.workload.SMALL_MESSAGE``) instead of nil;
 * the ceiling: a C loop on the calling thread, GIL held, calling the same
   target (``upcall.handler.call_loop``).
 
@@ -34,7 +34,10 @@ import math
 import sys
 import time
 
+import upcall
+
 from bench import measure, report
+from bench.workload import NIL, small_payload
 
 DEFAULT_N = 5_000_000
 QUICK_N = 20_000
@@ -67,16 +70,6 @@ def _noop(msg):
     pass
 
 
-def small_payload() -> bytes:
-    import upcall
-    try:
-        from bench.codec import SMALL_MESSAGE
-    except ImportError:
-        from bench.peer import small_message
-        SMALL_MESSAGE = small_message()
-    return bytes(upcall.packb(SMALL_MESSAGE))
-
-
 class Variant:
     """One row: how to run it once and what it is."""
 
@@ -88,7 +81,6 @@ class Variant:
         self.disturbed = 0
 
     def make_target(self):
-        import upcall
         from upcall.handler import Counter
         from upcall.native import Count, FieldFilter
         if self.target == "python":
@@ -102,7 +94,6 @@ class Variant:
         raise ValueError(self.target)
 
     def once(self, bus, payloads) -> float:
-        import upcall
         target = self.make_target()
         if self.kind == "ceiling":
             from upcall.handler import call_loop
@@ -166,11 +157,10 @@ def _find(vs, target, thread, gil="adopt", batch=None, payload="nil", kind="bus"
 
 
 def run(opts) -> list[dict]:
-    import upcall
     n = opts.upcalls_n or (QUICK_N if opts.quick else DEFAULT_N)
     repeats = opts.upcalls_repeats or (1 if opts.quick else DEFAULT_REPEATS)
     default_batch = upcall.DEFAULT_BATCH
-    payloads = {"nil": b"\xc0", "map": small_payload()}
+    payloads = {"nil": NIL, "map": small_payload()}
     idle = opts.upcalls_idle_timeout
     if idle is None:
         idle = 0.5 if opts.quick else 10.0
