@@ -1,18 +1,23 @@
-"""The other side of the bus benchmark: a flood publisher and a pinger.
+"""The other side of the bus and contention benchmarks: the peer process.
 
-Run as ``python -m bench.peer [--backend zmq|upcall]``; the bus
-section starts one such process and drives it with one JSON command per line
-on stdin, answered by one JSON line on stdout:
+:class:`PeerProcess` starts ``python -m bench.peer [--backend zmq|upcall]``
+and drives it with one JSON command per line on its stdin, each answered by
+one JSON line on its stdout (``"ok"``, and ``"error"`` when it failed):
 
 ``{"cmd": "flood", "endpoint": E, "n": N}``
     Open a PUSH socket that *connects* to E with SNDHWM 0 (no limit) and
-    send N messages ``[TOPIC, packed SMALL_MESSAGE]``.  Connecting creates
-    the pipe at once even though nobody listens yet, so all N messages are
-    queued in this process when the answer ``{"ok": true, ...}`` comes back;
-    the subscriber binds E afterwards and drains a flood that is already
-    there.  The socket stays open until ``close_flood``.
-``{"cmd": "close_flood"}``
-    Close the flood sockets (linger 0).
+    send N messages ``[TOPIC, small payload]``.  Connecting creates the pipe
+    at once even though nobody listens yet, so all N messages are queued in
+    this process when the answer comes back; the subscriber binds E
+    afterwards and drains a flood that is already there.
+``{"cmd": "connect", "endpoint": E}`` then ``{"cmd": "pace", "rate": R, "seconds": S}``
+    Open a PUSH socket (default high-water mark) that connects to E; then
+    offer R messages/s for S seconds, non-blocking: each message is the
+    small map with its send time (``bench.workload.timestamped_payload``),
+    and one refused at the high-water mark counts as lost.  Answers
+    ``sent``, ``lost`` and ``seconds``.
+``{"cmd": "close"}``
+    Close the sockets opened by ``flood`` and ``connect`` (linger 0).
 ``{"cmd": "ping", "ping": E1, "pong": E2, "count": C, "warmup": W}``
     Connect a PUSH to E1 and a PULL to E2, then do W + C round trips, one
     message in flight at a time: send a ping, wait for the reply.  Answers
@@ -20,9 +25,9 @@ on stdin, answered by one JSON line on stdout:
 ``{"cmd": "quit"}`` (or end of input)
     Exit.
 
-The same functions serve the in-process variants (inproc needs one zmq
-context, so there the flood and the pinger run on a thread of the
-benchmark process with its context or bus).
+The flood and ping functions also serve the in-process variants (inproc
+needs one zmq context, so there they run on a thread of the benchmark
+process with its context or bus).
 
 Backends: ``zmq`` (pyzmq, the default when installed; the lightest client,
 and identical for every row measured) or ``upcall`` (the library's own
@@ -32,42 +37,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
+import struct
+import subprocess
 import sys
 import time
-from typing import Any
+
+import upcall
 
 from bench.measure import percentile
-
-TOPIC = b"bench.small"
-
-#: The codec benchmark's small map, when that module does not provide it.
-FALLBACK_MESSAGE = {"id": 123456, "sym": "AAPL.OQ", "px": 187.25,
-                    "sizes": [100, 200, 300, 400, 500], "venue": "NASDAQ-GS"}
+from bench.workload import TOPIC, small_payload, timestamped_payload
 
 #: Longest wait for one reply before a ping run gives up.
 REPLY_TIMEOUT = 5.0
-
-
-def small_message() -> dict:
-    """The codec benchmark's small message (``bench.codec.SMALL_MESSAGE``)."""
-    try:
-        from bench.codec import SMALL_MESSAGE
-    except ImportError:
-        return dict(FALLBACK_MESSAGE)
-    return SMALL_MESSAGE
-
-
-def pack(obj: Any) -> bytes:
-    """msgpack bytes of obj, with upcall's codec if built, else msgpack."""
-    try:
-        from upcall import packb
-    except ImportError:
-        from msgpack import packb
-    return bytes(packb(obj))
-
-
-def small_payload() -> bytes:
-    return pack(small_message())
 
 
 def have_pyzmq() -> bool:
@@ -80,10 +63,9 @@ def have_pyzmq() -> bool:
 
 # ---- flood -----------------------------------------------------------------
 
-def flood_zmq(ctx, endpoint: str, n: int, topic: bytes = TOPIC, payload: bytes | None = None):
+def flood_zmq(ctx, endpoint: str, n: int, payload: bytes):
     """Queue n messages on a new PUSH that connects to endpoint; return the socket."""
     import zmq
-    payload = small_payload() if payload is None else payload
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, 0)           # no limit: everything queues here
     sock.setsockopt(zmq.LINGER, 0)
@@ -92,19 +74,72 @@ def flood_zmq(ctx, endpoint: str, n: int, topic: bytes = TOPIC, payload: bytes |
     send = sock.send
     more = zmq.SNDMORE
     for _ in range(n):
-        send(topic, more)
+        send(TOPIC, more)
         send(payload)
     return sock
 
 
-def flood_upcall(bus, endpoint: str, n: int, topic: bytes = TOPIC, payload: bytes | None = None):
+def flood_upcall(bus, endpoint: str, n: int, payload: bytes):
     """Same as :func:`flood_zmq` with an upcall Publisher; return the publisher."""
-    payload = small_payload() if payload is None else payload
     pub = bus.publisher(endpoint, kind="push", bind=False, sndhwm=0, linger=0.0)
     send = pub.send_packed
     for _ in range(n):
-        send(topic, payload)
+        send(TOPIC, payload)
     return pub
+
+
+# ---- paced, timestamped messages ------------------------------------------------
+
+def paced_zmq(ctx, endpoint: str):
+    """(socket, send): a PUSH connected to endpoint; send(payload) is
+    non-blocking and False when the message was refused."""
+    import zmq
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    again, nb, more = zmq.Again, zmq.NOBLOCK, zmq.SNDMORE
+
+    def send(payload):
+        try:
+            sock.send(TOPIC, nb | more)
+        except again:
+            return False
+        sock.send(payload)
+        return True
+    return sock, send
+
+
+def paced_upcall(bus, endpoint: str):
+    """:func:`paced_zmq` with an upcall Publisher."""
+    pub = bus.publisher(endpoint, kind="push", bind=False, linger=0.0)
+
+    def send(payload):
+        try:
+            pub.send_packed(TOPIC, bytes(payload), timeout=0)
+        except BlockingIOError:
+            return False
+        return True
+    return pub, send
+
+
+def pace(send, rate: float, seconds: float) -> dict:
+    """Offer rate msgs/s for seconds through send(payload), each stamped
+    with CLOCK_MONOTONIC ns just before it goes."""
+    packed, off = timestamped_payload()
+    total = int(rate * seconds)
+    sent = lost = 0
+    t0 = time.monotonic()
+    mono, pack_into = time.monotonic_ns, struct.pack_into
+    while sent + lost < total:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while sent + lost < due:
+            pack_into(">Q", packed, off, mono())
+            if send(packed):
+                sent += 1
+            else:
+                lost += 1
+        time.sleep(0.0005)
+    return {"sent": sent, "lost": lost, "seconds": time.monotonic() - t0}
 
 
 # ---- ping-pong ---------------------------------------------------------------
@@ -123,11 +158,9 @@ def latency_summary(samples_ns: list[int]) -> dict:
     }
 
 
-def ping_zmq(ctx, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
-             topic: bytes = TOPIC, payload: bytes | None = None) -> dict:
+def ping_zmq(ctx, ping_ep: str, pong_ep: str, count: int, warmup: int, payload: bytes) -> dict:
     """Round trips through a responder that answers each ping with one 2-frame reply."""
     import zmq
-    payload = small_payload() if payload is None else payload
     push = ctx.socket(zmq.PUSH)
     pull = ctx.socket(zmq.PULL)
     for s in (push, pull):
@@ -142,7 +175,7 @@ def ping_zmq(ctx, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
     try:
         for i in range(warmup + count):
             t0 = clock()
-            send(topic, more)
+            send(TOPIC, more)
             send(payload)
             recv()          # topic frame
             recv()          # payload frame
@@ -157,10 +190,9 @@ def ping_zmq(ctx, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
     return latency_summary(samples)
 
 
-def ping_upcall(bus, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
-                topic: bytes = TOPIC, payload: bytes | None = None) -> dict:
+def ping_upcall(bus, ping_ep: str, pong_ep: str, count: int, warmup: int,
+                payload: bytes) -> dict:
     """:func:`ping_zmq` with an upcall Publisher and a caller-mode subscription."""
-    payload = small_payload() if payload is None else payload
     pub = bus.publisher(ping_ep, kind="push", bind=False, linger=0.0)
     sub = bus.subscribe(pong_ep, lambda msg: None, kind="pull", bind=False, delivery="caller")
     send, poll = pub.send_packed, sub.poll
@@ -169,7 +201,7 @@ def ping_upcall(bus, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
     try:
         for i in range(warmup + count):
             t0 = clock()
-            send(topic, payload)
+            send(TOPIC, payload)
             if not poll(timeout=REPLY_TIMEOUT, max_messages=1):
                 return {"error": f"no reply within {REPLY_TIMEOUT}s after {i} round trips"}
             t1 = clock()
@@ -184,41 +216,66 @@ def ping_upcall(bus, ping_ep: str, pong_ep: str, count: int, warmup: int = 200,
 # ---- the process -----------------------------------------------------------------
 
 class Peer:
-    """State of the peer process: one context or bus, the open flood sockets."""
+    """State of the peer process: one context or bus, the sockets it keeps open."""
 
     def __init__(self, backend: str):
-        self.backend = backend
+        self.zmq = backend == "zmq"
         self.payload = small_payload()
-        self.floods: list = []
-        if backend == "zmq":
+        self.sockets: list = []
+        self.paced_send = None
+        if self.zmq:
             import zmq
             self.ctx = zmq.Context(1)
         else:
-            import upcall
             self.ctx = upcall.Bus()
 
     def flood(self, endpoint: str, n: int) -> dict:
         t0 = time.perf_counter()
-        fn = flood_zmq if self.backend == "zmq" else flood_upcall
-        self.floods.append(fn(self.ctx, endpoint, n, TOPIC, self.payload))
+        fn = flood_zmq if self.zmq else flood_upcall
+        self.sockets.append(fn(self.ctx, endpoint, n, self.payload))
         return {"queued": n, "seconds": time.perf_counter() - t0}
 
-    def close_flood(self) -> dict:
-        for s in self.floods:
-            s.close()
-        self.floods.clear()
+    def connect(self, endpoint: str) -> dict:
+        sock, self.paced_send = (paced_zmq if self.zmq else paced_upcall)(self.ctx, endpoint)
+        self.sockets.append(sock)
         return {}
 
-    def ping(self, ping: str, pong: str, count: int, warmup: int = 200) -> dict:
-        fn = ping_zmq if self.backend == "zmq" else ping_upcall
-        return fn(self.ctx, ping, pong, count, warmup, TOPIC, self.payload)
+    def pace(self, rate: float, seconds: float) -> dict:
+        if self.paced_send is None:
+            return {"error": "pace before connect"}
+        return pace(self.paced_send, rate, seconds)
+
+    def close_sockets(self) -> dict:
+        for s in self.sockets:
+            s.close()
+        self.sockets.clear()
+        self.paced_send = None
+        return {}
+
+    def ping(self, ping: str, pong: str, count: int, warmup: int) -> dict:
+        fn = ping_zmq if self.zmq else ping_upcall
+        return fn(self.ctx, ping, pong, count, warmup, self.payload)
 
     def close(self) -> None:
-        self.close_flood()
-        if self.backend == "zmq":
+        self.close_sockets()
+        if self.zmq:
             self.ctx.term()
         else:
             self.ctx.close()
+
+
+def _execute(peer: Peer, cmd: str, req: dict) -> dict:
+    if cmd == "flood":
+        return peer.flood(req["endpoint"], int(req["n"]))
+    if cmd == "connect":
+        return peer.connect(req["endpoint"])
+    if cmd == "pace":
+        return peer.pace(float(req["rate"]), float(req["seconds"]))
+    if cmd == "close":
+        return peer.close_sockets()
+    if cmd == "ping":
+        return peer.ping(req["ping"], req["pong"], int(req["count"]), int(req["warmup"]))
+    return {"error": f"unknown command {cmd!r}"}
 
 
 def serve(backend: str, inp=sys.stdin, out=sys.stdout) -> int:
@@ -228,7 +285,7 @@ def serve(backend: str, inp=sys.stdin, out=sys.stdout) -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
-    answer({"ok": True, "backend": backend, "payload_bytes": len(peer.payload)})
+    answer({"ok": True, "backend": backend})
     try:
         for line in inp:
             if not line.strip():
@@ -239,15 +296,7 @@ def serve(backend: str, inp=sys.stdin, out=sys.stdout) -> int:
                 answer({"ok": True})
                 break
             try:
-                if cmd == "flood":
-                    res = peer.flood(req["endpoint"], int(req["n"]))
-                elif cmd == "close_flood":
-                    res = peer.close_flood()
-                elif cmd == "ping":
-                    res = peer.ping(req["ping"], req["pong"], int(req["count"]),
-                                    int(req.get("warmup", 200)))
-                else:
-                    res = {"error": f"unknown command {cmd!r}"}
+                res = _execute(peer, cmd, req)
             except Exception as exc:   # report, keep serving
                 res = {"error": f"{type(exc).__name__}: {exc}"}
             res.setdefault("ok", "error" not in res)
@@ -264,6 +313,77 @@ def main(argv=None) -> int:
                     default="zmq" if have_pyzmq() else "upcall")
     opts = ap.parse_args(argv)
     return serve(opts.backend)
+
+
+# ---- driving it from the benchmark ----------------------------------------------
+
+class PeerProcess:
+    """``python -m bench.peer`` in a child process, driven by JSON lines.
+
+    The child imports the same upcall as this process and this bench/
+    folder, from any working directory.
+    """
+
+    def __init__(self, backend: str | None = None):
+        cmd = [sys.executable, "-m", "bench.peer"]
+        if backend:
+            cmd += ["--backend", backend]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__))),
+             os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1, env=env)
+        self.backend = self._answer(60.0).get("backend")
+
+    def __enter__(self) -> "PeerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def readable(self, timeout: float = 0.0) -> bool:
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return bool(r)
+
+    def _answer(self, timeout: float) -> dict:
+        if not self.readable(timeout):
+            raise TimeoutError(f"bench peer gave no answer within {timeout}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench peer exited (status {self.proc.poll()})")
+        return json.loads(line)
+
+    def send(self, **req) -> None:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 120.0) -> dict:
+        res = self._answer(timeout)
+        if not res.get("ok"):
+            raise RuntimeError(f"bench peer: {res.get('error')}")
+        return res
+
+    def request(self, timeout: float = 120.0, **req) -> dict:
+        self.send(**req)
+        return self.answer(timeout)
+
+    def close(self) -> None:
+        try:
+            self.request(timeout=10.0, cmd="quit")
+        except Exception:
+            pass
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
 
 
 if __name__ == "__main__":
