@@ -281,7 +281,6 @@ def _print(records, n, b):
         rows = [r for r in records if r["case"] == case]
         if rows:
             report.print_table(rows, cols, title=title)
-    ceil = {r["target"]: r for r in records if r["case"] == "ceiling"}
     notes = []
     for r in records:
         if "ratio_ceiling" in r and r["batch"] in (256, b) and r["gil"] == "adopt":
@@ -293,4 +292,3 @@ def _print(records, n, b):
                      f"batch 1, {report.fmt_ratio(r.get('ratio_batch256'))} of batch 256")
     if notes:
         print("\n" + "\n".join(notes), flush=True)
-    del ceil
