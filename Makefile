@@ -7,7 +7,7 @@
 PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
-SOURCES     := $(wildcard csrc/*.c csrc/*.h upcall/*.pyx upcall/*.pxd upcall/includes/*.pxd) setup.py
+SOURCES     := $(wildcard csrc/*.c csrc/*.h upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/includes/*.pxd) setup.py
 # Other CPython versions whose threaded behaviour is tested too (pyenv).
 PYENV_ROOT  ?= $(HOME)/.pyenv
 OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \

@@ -3,6 +3,7 @@
 libzmq is found with pkg-config.  UPCALL_ONLY=upcall._codec (comma separated)
 builds a subset, so parallel work on one module does not rebuild the others.
 """
+import glob
 import os
 import shlex
 import subprocess
@@ -26,15 +27,20 @@ zmq_libs = pkg_config("--libs")
 
 CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
 
+# The codec modules need the msgpack reader/writer only; the bus module the
+# whole C core (one file per concern: every csrc/*.c).
 CODEC_C = ["csrc/msgpack.c"]
-BUS_C = ["csrc/bus.c"]
+CORE_C = sorted(glob.glob("csrc/*.c"))
+_missing = [c for c in CODEC_C if not os.path.isfile(c)] + ([] if CORE_C else ["csrc/*.c"])
+if _missing:
+    sys.exit(f"upcall: C sources missing: {', '.join(_missing)}; is this a complete source tree?")
 
 MODULES = {
     # name: (pyx, C sources, needs zmq)
     "upcall._codec": ("upcall/_codec.pyx", CODEC_C, False),
     "upcall.handler": ("upcall/handler.pyx", CODEC_C, False),
     "upcall.native": ("upcall/native.pyx", CODEC_C, False),
-    "upcall._bus": ("upcall/_bus.pyx", CODEC_C + BUS_C, True),
+    "upcall._bus": ("upcall/_bus.pyx", CORE_C, True),
 }
 
 
@@ -55,7 +61,7 @@ extensions = [extension(n, *spec) for n, spec in MODULES.items()
 # The C headers the installed .pxd files name (upcall/includes/bus.pxd ->
 # "bus.h"): shipped as package data so that users' Cython code can cimport
 # upcall with include_dirs=upcall.get_include().
-for _h in ("bus.h", "msgpack.h"):
+for _h in ("bus.h", "synth.h", "msgpack.h"):
     _src, _dst = os.path.join("csrc", _h), os.path.join("upcall", "includes", _h)
     if os.path.exists(_src) and (not os.path.exists(_dst) or open(_src).read() != open(_dst).read()):
         with open(_src) as _f, open(_dst, "w") as _g:

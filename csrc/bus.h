@@ -14,6 +14,8 @@
  * Lifetime
  * --------
  * uc_sub_open -> (loop runs) -> uc_sub_close (stop + wait) -> uc_sub_free.
+ * A subscription opened on another source (its own open function, same
+ * uc_sub_opts) has the same life cycle and the same functions.
  * uc_sub_close called from inside `deliver` (on the loop's own thread) only
  * requests the stop and returns UC_OK at once; the loop ends after `deliver`
  * returns.  uc_sub_free may be called before the loop has ended (after a
@@ -92,10 +94,20 @@ uc_bus *uc_bus_new(int io_threads, int *err);
 void uc_bus_free(uc_bus *bus);
 void *uc_bus_zmq_context(uc_bus *bus);
 
+/* ---- CURVE ------------------------------------------------------------ */
+
+/* CURVE keys of one socket: 40-char Z85 keys, NULL for a plain endpoint
+ * (a zeroed uc_curve).  libzmq copies them at open. */
+typedef struct uc_curve {
+    const char *serverkey;  /* client side: the server's public key */
+    const char *publickey;  /* our key pair (client or server) */
+    const char *secretkey;
+    int server;             /* act as the CURVE server */
+} uc_curve;
+
 /* ---- subscriptions ---------------------------------------------------- */
 
-/* UC_SYNTH: a synthetic source, no zmq at all (see uc_sub_opts.synth_*). */
-typedef enum { UC_SUB = 1, UC_PULL = 2, UC_SYNTH = 3 } uc_sub_kind;
+typedef enum { UC_SUB = 1, UC_PULL = 2 } uc_sub_kind;
 typedef enum { UC_PUB = 1, UC_PUSH = 2 } uc_pub_kind;
 
 /* Called on the loop thread with n >= 1 messages, never before uc_sub_open
@@ -119,27 +131,7 @@ typedef struct uc_sub_opts {
     /* thread mode: start != NULL.  caller mode: start == NULL (uc_sub_poll). */
     uc_start_fn start;
     void *start_ctx;
-    /* CURVE: 40-char Z85 keys, NULL for a plain endpoint. */
-    const char *curve_serverkey;  /* client side: the server's public key */
-    const char *curve_publickey;  /* our key pair (client or server) */
-    const char *curve_secretkey;
-    int curve_server;             /* act as the CURVE server */
-    /* kind == UC_SYNTH: a synthetic source feeding the same loop, threads,
-     * batches, stats and close as a socket, without zmq (endpoint, topics,
-     * hwm, CURVE are ignored).  Every message is a view of synth_payload
-     * (copied at open) with an empty topic.  After synth_count messages
-     * (0: no end) the loop ends by itself, as if closed.  synth_rate > 0
-     * paces it: message k is due at start + k / rate; the loop sleeps until
-     * a batch (or 200 us worth of messages) is due and delivers what is due.
-     * A paced source whose backlog (due, not yet delivered) exceeds
-     * synth_backlog_max (0: no limit) drops the excess, counted as dropped.
-     * synth_latency (paced, synth_count > 0): record each message's latency,
-     * from its due time to the return of the deliver call that carried it. */
-    uc_frame synth_payload;
-    uint64_t synth_count;
-    double synth_rate;
-    uint64_t synth_backlog_max;
-    int synth_latency;
+    uc_curve curve;               /* all zero: a plain endpoint */
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;
@@ -188,27 +180,10 @@ void uc_sub_stats(const uc_sub *sub, uc_stats *out);
 void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);
 
 /* Thread mode: wait up to timeout_ms (< 0: forever) for the loop to end by
- * itself (a synthetic source's last message, deliver returning non-zero),
- * without asking it to stop.  UC_OK or UC_ERR_TIMEOUT; UC_ERR_BUSY from
- * inside deliver or in caller mode. */
+ * itself (a source that ran out, deliver returning non-zero), without
+ * asking it to stop.  UC_OK or UC_ERR_TIMEOUT; UC_ERR_BUSY from inside
+ * deliver or in caller mode. */
 int uc_sub_wait(uc_sub *sub, int timeout_ms);
-
-/* A synthetic source's own figures (zeros for a socket).  Times are
- * CLOCK_MONOTONIC nanoseconds: start (pacing origin), first (the first
- * deliver call began), last (the latest deliver call returned).
- * max_backlog: most messages due and not yet delivered, seen before a batch
- * (paced only).  Any thread; final once the loop has ended. */
-typedef struct uc_synth_info {
-    uint64_t produced;
-    uint64_t max_backlog;
-    int64_t start_ns, first_ns, last_ns;
-} uc_synth_info;
-void uc_sub_synth_info(const uc_sub *sub, uc_synth_info *out);
-
-/* synth_latency: the recorded latencies in ns, one per message in order
- * (UINT64_MAX for a dropped or never delivered one); *n = synth_count.
- * NULL when not recorded.  Read only after the loop has ended. */
-const uint64_t *uc_sub_synth_latencies(const uc_sub *sub, size_t *n);
 
 /* The endpoint as resolved at open (ZMQ_LAST_ENDPOINT, e.g. the port picked
  * for "tcp://127.0.0.1:*").  Valid until uc_sub_free; any thread. */
@@ -222,10 +197,7 @@ typedef struct uc_pub_opts {
     int bind;
     int sndhwm;                   /* ZMQ_SNDHWM; < 0 keeps zmq's default */
     int linger_ms;                /* ZMQ_LINGER at close */
-    const char *curve_serverkey;
-    const char *curve_publickey;
-    const char *curve_secretkey;
-    int curve_server;
+    uc_curve curve;               /* all zero: a plain endpoint */
 } uc_pub_opts;
 
 typedef struct uc_pub uc_pub;

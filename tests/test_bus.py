@@ -14,6 +14,7 @@ import threading
 import pytest
 
 import upcall
+from upcall._bus import _synthetic_subscribe
 from helpers import (
     DEADLINE, KINDS, MODES, PROBE_TOPIC, STATS_KEYS, TRANSPORTS, Collector, Sender,
     fd_count, make_msg, make_pump, mode_kwargs, thread_count, wait_for, warm_up,
@@ -742,7 +743,6 @@ def _raises_naming(exc_types, word, fn, *args, **kwargs):
     ({"batch": -5}, ValueError, "batch"),
     ({"batch": "10"}, TypeError, "batch"),
     ({"delivery": "x"}, ValueError, "delivery"),
-    ({"gil": "x"}, ValueError, "gil"),
     ({"topics": [1]}, TypeError, "topics"),
     ({"thread_factory": 42}, TypeError, "thread_factory"),
     ({"on_error": "print"}, TypeError, "on_error"),
@@ -753,6 +753,11 @@ def test_subscribe_rejects_bad_arguments(endpoints, kwargs, exc, word):
         base_threads = thread_count()
         _raises_naming(exc, word, bus.subscribe, endpoints("inproc"), print, **kwargs)
         wait_for(lambda: thread_count() <= base_threads, what="no thread left behind")
+
+
+def test_private_gil_mode_rejects_bad_values():
+    with upcall.Bus() as bus:
+        _raises_naming(ValueError, "gil", _synthetic_subscribe, bus, print, gil="x")
 
 
 def test_subscribe_rejects_non_callable_target(endpoints):

@@ -5,7 +5,8 @@ import threading
 import pytest
 
 import upcall
-from upcall.handler import Counter, Handler, call_loop
+from upcall._bus import _synthetic_info, _synthetic_subscribe
+from upcall.handler import Counter, Handler, _call_loop
 
 from helpers import DEADLINE, wait_for
 
@@ -13,10 +14,13 @@ MODES = ["native", "python", "caller"]
 
 
 def _subscribe(bus, endpoint, target, mode, **kw):
+    """endpoint None: the synthetic source."""
     if mode == "caller":
         kw["delivery"] = "caller"
     elif mode == "python":
         kw["thread_factory"] = upcall.python_threads
+    if endpoint is None:
+        return _synthetic_subscribe(bus, target, **kw)
     return bus.subscribe(endpoint, target, **kw)
 
 
@@ -31,7 +35,7 @@ def _run(sub, mode):
 def test_counter_over_synthetic_source(mode):
     c = Counter()
     with upcall.Bus() as bus:
-        sub = _subscribe(bus, "bench://", c, mode, count=10_000, batch=64)
+        sub = _subscribe(bus, None, c, mode, count=10_000, batch=64)
         _run(sub, mode)
         assert c.count == 10_000
         assert c.last is None                       # the default payload is nil
@@ -51,7 +55,7 @@ def test_python_subclass_override(mode):
 
     h = Collect()
     with upcall.Bus() as bus:
-        sub = _subscribe(bus, "bench://", h, mode, count=100, payload=upcall.packb({"a": 1}))
+        sub = _subscribe(bus, None, h, mode, count=100, payload=upcall.packb({"a": 1}))
         _run(sub, mode)
     assert h.got == [{"a": 1}] * 100
 
@@ -59,7 +63,7 @@ def test_python_subclass_override(mode):
 def test_base_handler_without_override_reports_errors():
     errors = []
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", Handler(), count=5, on_error=lambda e, m: errors.append(e))
+        sub = _synthetic_subscribe(bus, Handler(), count=5, on_error=lambda e, m: errors.append(e))
         assert sub.wait(DEADLINE)
         assert sub.stats["callback_errors"] == 5
     assert len(errors) == 5 and all(isinstance(e, NotImplementedError) for e in errors)
@@ -77,7 +81,7 @@ def test_batches(mode):
 
     h = Batches()
     with upcall.Bus() as bus:
-        sub = _subscribe(bus, "bench://", h, mode, count=1000, batch=100)
+        sub = _subscribe(bus, None, h, mode, count=1000, batch=100)
         _run(sub, mode)
         assert sum(h.sizes) == 1000 and max(h.sizes) == 100
         assert sub.stats["delivered"] == 1000
@@ -87,7 +91,7 @@ def test_counter_batches_flag():
     c = Counter(batches=True)
     assert c.batches
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", c, count=1000, batch=256)
+        sub = _synthetic_subscribe(bus, c, count=1000, batch=256)
         assert sub.wait(DEADLINE)
     assert c.count == 1000
     assert sub.stats["batches"] == 4
@@ -109,7 +113,7 @@ def test_batch_errors_and_stop():
     h = Boom()
     errors = []
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", h, count=1000, batch=10,
+        sub = _synthetic_subscribe(bus, h, count=1000, batch=10,
                             on_error=lambda e, m: errors.append((e, len(m))))
         assert sub.wait(DEADLINE)
         st = sub.stats
@@ -131,7 +135,7 @@ def test_stop_delivery_from_on_message():
 
     h = StopAt()
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", h, count=10_000, batch=16)
+        sub = _synthetic_subscribe(bus, h, count=10_000, batch=16)
         assert sub.wait(DEADLINE)
     assert h.n == 50
 
@@ -170,7 +174,7 @@ def test_default_on_topic_message_calls_on_message():
 
     h = Plain()
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", h, count=3, payload=upcall.packb(7), with_topic=True)
+        sub = _synthetic_subscribe(bus, h, count=3, payload=upcall.packb(7), with_topic=True)
         assert sub.wait(DEADLINE)
     assert h.got == [7, 7, 7]
 
@@ -178,7 +182,7 @@ def test_default_on_topic_message_calls_on_message():
 def test_counter_with_topic_and_batches():
     c = Counter(batches=True)
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", c, count=10, payload=upcall.packb(1), with_topic=True)
+        sub = _synthetic_subscribe(bus, c, count=10, payload=upcall.packb(1), with_topic=True)
         assert sub.wait(DEADLINE)
     assert c.count == 10 and c.last == (b"", 1)
 
@@ -203,7 +207,7 @@ def test_counter_over_tcp(endpoints, mode):
 def test_per_upcall_gil_with_a_handler():
     c = Counter()
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", c, count=2000, gil="per-upcall")
+        sub = _synthetic_subscribe(bus, c, count=2000, gil="per-upcall")
         assert sub.wait(DEADLINE)
     assert c.count == 2000
 
@@ -212,10 +216,10 @@ def test_handler_is_callable_and_call_loop():
     c = Counter()
     c(5)
     assert c.count == 1 and c.last == 5
-    assert call_loop(c, 1000, "x") == 1000
+    assert _call_loop(c, 1000, "x") == 1000
     assert c.count == 1001 and c.last == "x"
     seen = []
-    assert call_loop(seen.append, 3) == 3
+    assert _call_loop(seen.append, 3) == 3
     assert seen == [None, None, None]
 
 
@@ -227,21 +231,23 @@ def test_exported():
 def test_target_type_errors():
     with upcall.Bus() as bus:
         with pytest.raises(TypeError):
-            bus.subscribe("bench://", 42, count=1)
-        with pytest.raises(ValueError):
-            bus.subscribe("inproc://x", Counter(), count=1)     # count: synthetic only
-        with pytest.raises(ValueError):
-            bus.subscribe("bench://", Counter(), record_latency=True)
+            _synthetic_subscribe(bus, 42, count=1)
         with pytest.raises(TypeError):
-            bus.subscribe("bench://", Counter(), payload="nil")
+            bus.subscribe("inproc://x", Counter(), count=1)     # count: synthetic only
+        with pytest.raises(TypeError):
+            _synthetic_subscribe(bus, Counter(), kind="pull")   # kind: sockets only
+        with pytest.raises(ValueError):
+            _synthetic_subscribe(bus, Counter(), record_latency=True)
+        with pytest.raises(TypeError):
+            _synthetic_subscribe(bus, Counter(), payload="nil")
 
 
 def test_synthetic_paced_latency_and_backlog():
     c = Counter()
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", c, count=2000, rate=50_000.0, record_latency=True)
+        sub = _synthetic_subscribe(bus, c, count=2000, rate=50_000.0, record_latency=True)
         assert sub.wait(DEADLINE)
-        info = sub.synthetic
+        info = _synthetic_info(sub)
     assert c.count == 2000
     assert info["produced"] == 2000 and info["dropped"] == 0
     assert info["last_ns"] - info["start_ns"] >= 39_000_000     # 2000 at 50k/s: 40 ms
@@ -252,7 +258,7 @@ def test_synthetic_paced_latency_and_backlog():
 def test_synthetic_unlimited_until_closed():
     c = Counter()
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", c)
+        sub = _synthetic_subscribe(bus, c)
         wait_for(lambda: c.count > 10_000)
         assert not sub.wait(0.01)
         sub.close()
@@ -266,7 +272,7 @@ def test_synthetic_slow_target_drops_beyond_backlog():
         time.sleep(0.01)
 
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", slow, count=2000, rate=20_000.0, batch=4,
+        sub = _synthetic_subscribe(bus, slow, count=2000, rate=20_000.0, batch=4,
                             backlog_max=50)
         assert sub.wait(DEADLINE)
         st = sub.stats

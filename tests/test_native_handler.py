@@ -3,6 +3,7 @@ by counts over the synthetic source and over real sockets."""
 import pytest
 
 import upcall
+from upcall._bus import _synthetic_subscribe
 from upcall.handler import Counter
 from upcall.native import Count, FieldFilter, NativeHandler
 
@@ -16,7 +17,7 @@ def _run(bus, target, mode, **kw):
         kw["delivery"] = "caller"
     elif mode == "python":
         kw["thread_factory"] = upcall.python_threads
-    sub = bus.subscribe("bench://", target, **kw)
+    sub = _synthetic_subscribe(bus, target, **kw)
     if mode == "caller":
         sub.poll(timeout=DEADLINE)
     else:
@@ -116,7 +117,7 @@ def test_pass_through_base_and_target_errors():
 
     base = NativeHandler(target=bad)
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", base, count=50, payload=upcall.packb(1),
+        sub = _synthetic_subscribe(bus, base, count=50, payload=upcall.packb(1),
                             on_error=lambda e, m: errors.append(e))
         assert sub.wait(DEADLINE)
         st = sub.stats
@@ -126,7 +127,7 @@ def test_pass_through_base_and_target_errors():
 def test_native_handler_is_not_a_callable_target_but_accepted():
     assert not callable(Count())
     with upcall.Bus() as bus:
-        sub = bus.subscribe("bench://", Count(), count=1)
+        sub = _synthetic_subscribe(bus, Count(), count=1)
         assert sub.wait(DEADLINE)
 
 

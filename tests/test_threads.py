@@ -6,6 +6,7 @@ import threading
 import pytest
 
 import upcall
+from upcall._bus import _subscribe_per_upcall
 from helpers import DEADLINE, Collector, make_msg, wait_for
 
 
@@ -30,12 +31,13 @@ def where():
 _endpoint_ids = itertools.count()
 
 
-def deliver(n=50, *, bus=None, caller_thread=None, **sub_kw):
+def deliver(n=50, *, bus=None, caller_thread=None, per_upcall=False, **sub_kw):
     """Send n messages over inproc PUSH/PULL with batch=1 (one upcall per
     message); return (per-message thread info, subscription thread_name).
 
     caller_thread: for delivery="caller", "main" polls on this thread,
     "worker" on a fresh threading.Thread (returned info includes its ident).
+    per_upcall: PyGILState_Ensure per message instead of an adopted state.
     """
     infos = []
     col = Collector(record=lambda msg: infos.append(where()))
@@ -46,7 +48,10 @@ def deliver(n=50, *, bus=None, caller_thread=None, **sub_kw):
         ep = "inproc://threads-%d" % next(_endpoint_ids)
         pub = bus.publisher(ep, kind="push")
         sub_kw.setdefault("batch", 1)
-        sub = bus.subscribe(ep, col, kind="pull", **sub_kw)
+        if per_upcall:
+            sub = _subscribe_per_upcall(bus, ep, col, kind="pull", **sub_kw)
+        else:
+            sub = bus.subscribe(ep, col, kind="pull", **sub_kw)
         try:
             name = sub.thread_name
             for i in range(n):
@@ -171,7 +176,7 @@ def test_gil_per_upcall_delivers_correctly(factory):
     col = Collector()
     with upcall.Bus() as bus:
         pub = bus.publisher("inproc://per-upcall", kind="push")
-        sub = bus.subscribe("inproc://per-upcall", col, kind="pull", gil="per-upcall", **kw)
+        sub = _subscribe_per_upcall(bus, "inproc://per-upcall", col, kind="pull", **kw)
         expected = [make_msg(i) for i in range(n)]
         for m in expected:
             pub.send(b"t", m)
@@ -181,7 +186,7 @@ def test_gil_per_upcall_delivers_correctly(factory):
 
 
 def test_gil_per_upcall_on_native_thread():
-    infos, _ = deliver(200, gil="per-upcall")
+    infos, _ = deliver(200, per_upcall=True)
     info = one_thread(infos)
     assert not info["main"] and info["dummy"]
     assert info["native_id"] not in info["python_ids"]

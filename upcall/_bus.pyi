@@ -19,7 +19,15 @@ class _Run(Protocol):
     name: str
     def __call__(self) -> None: ...
 
-ThreadFactory = Callable[[_Run], Any]
+@final
+class _NativeThreads:
+    """The type of ``native_threads``: a marker, not a callable."""
+
+# The default thread factory: the C core's own pthread, named ``upcall-<n>``
+# (a marker for ``thread_factory=``, same as None; never called).
+native_threads: _NativeThreads
+
+ThreadFactory = Callable[[_Run], Any] | _NativeThreads
 
 CurveKey = str | bytes
 """A CURVE key as 40 characters of Z85 text."""
@@ -28,9 +36,6 @@ CurveKeyPair = tuple[CurveKey, CurveKey] | list[CurveKey]
 
 def curve_keypair() -> tuple[str, str]:
     """A new CURVE key pair (public, secret) as Z85 strings; RuntimeError without CURVE."""
-
-def native_threads(run: _Run) -> None:
-    """The default factory: the C core's own pthread (a marker; never called)."""
 
 def python_threads(run: _Run) -> None:
     """Run the loop on a daemon ``threading.Thread`` named ``upcall-<n>``."""
@@ -51,15 +56,11 @@ class Subscription:
     @property
     def last_endpoint(self) -> str:
         """The endpoint as bound (tcp port 0 resolved), or as given."""
-    @property
-    def synthetic(self) -> dict[str, int | float | array | None] | None:
-        """A ``bench://`` source's figures (produced, dropped, max_backlog,
-        start_ns, first_ns, last_ns, seconds, latency_ns); None for a socket."""
     def poll(self, timeout: float | None = None, max_messages: int | None = None) -> int:
         """Caller mode: deliver on this thread; return how many messages were delivered."""
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the loop to end by itself (StopDelivery, a synthetic
-        source's last message) without stopping it; True if it has ended."""
+        """Wait for the loop to end by itself (StopDelivery, the end of its
+        source) without stopping it; True if it has ended.  Thread mode only."""
     def close(self, timeout: float | None = None) -> None:
         """Stop delivery and wait for the loop to end (``TimeoutError`` after timeout)."""
     def __enter__(self) -> Subscription: ...
@@ -99,7 +100,6 @@ class Bus:
         batch: int | None = None,
         delivery: Literal["thread", "caller"] = "thread",
         thread_factory: ThreadFactory | None = None,
-        gil: Literal["adopt", "per-upcall"] = "adopt",
         with_topic: bool = False,
         on_error: Callable[[BaseException, Any], Any] | None = None,
         rcvhwm: int | None = None,
@@ -107,14 +107,7 @@ class Bus:
         curve_server: CurveKeyPair | None = None,
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
-        count: int | None = None,
-        payload: bytes | bytearray | memoryview | None = None,
-        rate: float | None = None,
-        backlog_max: int | None = None,
-        record_latency: bool = False,
-    ) -> Subscription:
-        """``endpoint="bench://"`` with count/payload/rate/backlog_max/
-        record_latency opens a synthetic source (no zmq), for benchmarks."""
+    ) -> Subscription: ...
     def publisher(
         self,
         endpoint: Endpoint,
@@ -133,3 +126,30 @@ class Bus:
                  tb: TracebackType | None) -> None: ...
 
 DEFAULT_BATCH: int
+# Seconds that closing every bus at interpreter exit waits for running targets.
+EXIT_TIMEOUT: float
+
+# Private: for the benchmark and the tests, not API.
+
+def _synthetic_subscribe(
+    bus: Bus,
+    target: Target,
+    *,
+    count: int | None = None,
+    payload: bytes | bytearray | memoryview | None = None,
+    rate: float | None = None,
+    backlog_max: int | None = None,
+    record_latency: bool = False,
+    gil: Literal["adopt", "per-upcall"] = "adopt",
+    **subscribe_kwargs: Any,
+) -> Subscription:
+    """A subscription fed by a synthetic source (no zmq); subscribe_kwargs:
+    batch, delivery, thread_factory, with_topic, on_error."""
+
+def _synthetic_info(sub: Subscription) -> dict[str, int | float | array | None] | None:
+    """A synthetic source's figures (produced, dropped, max_backlog, start_ns,
+    first_ns, last_ns, seconds, latency_ns); None for a socket."""
+
+def _subscribe_per_upcall(bus: Bus, endpoint: Endpoint, target: Target,
+                          **subscribe_kwargs: Any) -> Subscription:
+    """bus.subscribe() with PyGILState_Ensure/Release around every message."""

@@ -2,12 +2,17 @@
 """The bus: subscriptions delivering decoded msgpack messages to Python
 callables on native or Python-made threads, and publishers.
 
-One extension module built from one .pxi per concept:
-  _trampoline.pxi   the C delivery callbacks that cross the GIL once per batch
-  _threads.pxi      thread factories (native, python_threads, any callable)
-  _subscription.pxi Subscription
-  _publisher.pxi    Publisher
-and, here, Bus and the registry that closes every bus before interpreter exit.
+One extension module built from one .pxi per concept, included in this order:
+  _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
+  _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
+  _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
+  _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
+  _curve.pxi        CURVE security: key pairs and the per-socket roles
+  _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
+  _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
+and, here, C return codes -> exceptions, the registry that closes every bus
+before interpreter exit, Bus, and the private entry points that open what
+Bus.subscribe() does not offer users.
 """
 cimport cython
 from libc.errno cimport errno, EINVAL, EPROTONOSUPPORT
@@ -38,6 +43,45 @@ from upcall._codec import DecodeError
 
 class StopDelivery(Exception):
     """Raise from a target to end its subscription cleanly (no error is reported)."""
+
+
+# ---- C return codes -> exceptions -----------------------------------------
+
+cdef int _check_rc(int rc, str what, int timeout_ms=-1) except -1:
+    """The one place where a C return code becomes an exception.
+
+    UC_OK returns 0; anything else raises, naming ``what`` (the call that
+    failed).  ``timeout_ms`` is that call's timeout: with UC_ERR_AGAIN it
+    tells "would block" (0) from "timed out" (> 0).  For UC_ERR_ZMQ and
+    UC_ERR_SYS, errno (read before anything can change it) says why.
+    """
+    if rc == UC_OK:
+        return 0
+    err = errno
+    reason = uc_strerror(rc, err).decode("utf-8", "replace")
+    if rc == UC_ERR_ZMQ or rc == UC_ERR_SYS:
+        if rc == UC_ERR_ZMQ and err == ETERM:
+            raise ValueError(f"{what}: the bus was closed")
+        if err in (EINVAL, EPROTONOSUPPORT):
+            raise ValueError(f"{what}: {reason}")
+        raise OSError(err, f"{what}: {reason}")
+    if rc == UC_ERR_AGAIN:
+        if timeout_ms > 0:
+            raise TimeoutError(f"{what} did not complete within {timeout_ms} ms "
+                               "(high-water mark reached)")
+        raise BlockingIOError(f"{what} {reason}")
+    if rc == UC_ERR_ARG or rc == UC_ERR_CLOSED:
+        raise ValueError(f"{what}: {reason}")
+    if rc == UC_ERR_NOMEM:
+        raise MemoryError(f"{what}: {reason}")
+    if rc == UC_ERR_TIMEOUT:
+        raise TimeoutError(f"{what}: {reason}")
+    if rc == UC_ERR_BUSY:
+        # From Python, the mode was checked before: the loop is busy on this
+        # call's own path (a target calling it) or on another thread.
+        raise RuntimeError(f"{what} refused: the subscription's loop is busy (this is "
+                           "its own target calling, or another thread is polling it)")
+    raise RuntimeError(f"{what}: {reason}")
 
 
 include "_trampoline.pxi"
@@ -93,6 +137,8 @@ def _install_exit_hook():
     _exit_hook_installed = True
 
 
+# ---- Bus --------------------------------------------------------------------
+
 cdef object _check_factory(object factory, str name):
     if factory is None or factory is native_threads or callable(factory):
         return factory
@@ -117,6 +163,14 @@ cdef int _hwm(object value, str name) except -2:
     if value < 0 or value > 2 ** 31 - 1:
         raise ValueError(f"{name} must be >= 0 (0: no limit), not {value!r}")
     return value
+
+
+cdef bytes _topic_bytes(object topic):
+    if isinstance(topic, str):
+        return (<str>topic).encode("utf-8")
+    if isinstance(topic, (bytes, bytearray, memoryview)):
+        return bytes(topic)
+    raise TypeError(f"a topic must be bytes or str, not {type(topic).__name__}")
 
 
 @cython.final
@@ -149,7 +203,7 @@ cdef class Bus:
         self._pubs = set()
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
-            _raise_uc(err, "Bus()")
+            _check_rc(err, "Bus()")
         _open_buses.add(self)
         _install_exit_hook()
 
@@ -172,10 +226,9 @@ cdef class Bus:
             raise ValueError("the bus is closed")
 
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
-                  batch=None, delivery="thread", thread_factory=None, gil="adopt",
-                  with_topic=False, on_error=None, rcvhwm=None, max_message_size=None,
-                  curve_server=None, curve_serverkey=None, curve_client=None,
-                  count=None, payload=None, rate=None, backlog_max=None, record_latency=False):
+                  batch=None, delivery="thread", thread_factory=None, with_topic=False,
+                  on_error=None, rcvhwm=None, max_message_size=None,
+                  curve_server=None, curve_serverkey=None, curve_client=None):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``target(msg)`` gets the decoded payload (``target(topic, msg)`` with
@@ -183,12 +236,11 @@ cdef class Bus:
         ``topics``) or "pull".  ``bind``: bind instead of connect.  ``batch``:
         most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
         "thread" (a loop on a thread from ``thread_factory``) or "caller"
-        (no thread: call ``poll()``).  ``gil``: "adopt" (a native thread keeps
-        one thread state) or "per-upcall" (PyGILState_Ensure per message, for
-        comparison).  ``on_error(exc, msg)`` receives exceptions raised by the
-        target and decode errors (default: sys.unraisablehook).  ``rcvhwm``:
-        zmq receive high-water mark (0: no limit).  ``max_message_size``: bytes;
-        larger messages are refused by libzmq (ZMQ_MAXMSGSIZE).
+        (no thread: call ``poll()``).  ``on_error(exc, msg)`` receives
+        exceptions raised by the target and decode errors (default:
+        sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
+        limit).  ``max_message_size``: bytes; larger messages are refused by
+        libzmq (ZMQ_MAXMSGSIZE).
         CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
@@ -196,21 +248,26 @@ cdef class Bus:
         ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).
-        Endpoint ``"bench://"``: a synthetic source, no zmq (README "Handlers"):
-        ``count`` messages (None: no end; the subscription ends after the last),
-        each ``payload`` (msgpack bytes, default nil), offered at ``rate``
-        messages/s (None: as fast as they are taken); ``backlog_max``: a
-        paced source drops what is due beyond this backlog (counted as
-        dropped); ``record_latency``: keep each message's latency (paced, with
-        a count) for ``sub.synthetic``.
         """
+        return self._open_subscription(
+            endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
+            on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
+            GIL_ADOPT, None)
+
+    cdef Subscription _open_subscription(
+            self, object endpoint, object target, object topics, object kind, object bind,
+            object batch, object delivery, object thread_factory, object with_topic,
+            object on_error, object rcvhwm, object max_message_size, object curve_server,
+            object curve_serverkey, object curve_client, int gil_mode, _Source source):
+        """subscribe()'s body, which the private entry points share: they add a
+        GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
+        socket on ``endpoint``; else ``source.open`` makes the loop)."""
         cdef uc_sub_opts o
         cdef int err = 0
         cdef Py_ssize_t i
         cdef uc_frame *frames = NULL
         self._check_open()
-        synth = _synthetic_args(endpoint, count, payload, rate, backlog_max, record_latency)
-        ep = b"" if synth is not None else _endpoint_bytes(endpoint)
+        ep = _endpoint_bytes(endpoint) if source is None else b""
         target_kind = _target_kind(target)
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
@@ -218,8 +275,6 @@ cdef class Bus:
             raise ValueError(f"kind must be 'sub' or 'pull', not {kind!r}")
         if delivery not in ("thread", "caller"):
             raise ValueError(f"delivery must be 'thread' or 'caller', not {delivery!r}")
-        if gil not in ("adopt", "per-upcall"):
-            raise ValueError(f"gil must be 'adopt' or 'per-upcall', not {gil!r}")
         if batch is None:
             batch = DEFAULT_BATCH
         elif not isinstance(batch, int) or isinstance(batch, bool):
@@ -230,9 +285,7 @@ cdef class Bus:
             raise TypeError("topics must be an iterable of bytes/str prefixes, "
                             "not a single bytes/str (wrap it in a list)")
         try:
-            topic_list = [t.encode("utf-8") if isinstance(t, str) else bytes(t)
-                          if isinstance(t, (bytes, bytearray, memoryview)) else _bad_topic(t)
-                          for t in topics]
+            topic_list = [_topic_bytes(t) for t in topics]
         except TypeError as exc:
             raise TypeError(f"topics: {exc}") from None
         if kind == "pull" and topic_list not in ([], [b""]):
@@ -252,13 +305,14 @@ cdef class Bus:
         cdef Subscription sub = Subscription.__new__(Subscription)
         sub._bus = self
         sub.endpoint = endpoint
+        sub._source = source
         sub._target = target
         sub._on_error = on_error
         sub._decoder = Decoder()
         sub._with_topic = bool(with_topic)
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
-        sub._st.gil_mode = GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT
+        sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
         _set_target(sub, target_kind, batch)
@@ -270,11 +324,9 @@ cdef class Bus:
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
         o.max_message_size = mms
-        _sub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
-        if synth is not None:
-            _synthetic_opts(&o, synth)
         if kind == "sub":
             frames = <uc_frame *>malloc(max(1, len(topic_list)) * sizeof(uc_frame))
             if frames == NULL:
@@ -301,7 +353,10 @@ cdef class Bus:
                 _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
             Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
         try:
-            sub._c = uc_sub_open(self._c, &o, &err)
+            if source is None:
+                sub._c = uc_sub_open(self._c, &o, &err)
+            else:
+                sub._c = source.open(self._c, &o, &err)
         finally:
             free(frames)
         if sub._c == NULL:
@@ -310,7 +365,7 @@ cdef class Bus:
                 Py_DECREF(sub)         # the loop will never run
             if sub._start_error is not None:
                 raise sub._start_error
-            _raise_uc(err, f"subscribe({endpoint!r})")
+            _check_rc(err, f"subscribe({endpoint!r})")
         self._subs.add(sub)
         return sub
 
@@ -336,14 +391,14 @@ cdef class Bus:
         o.bind = 1 if bind else 0
         o.sndhwm = _hwm(sndhwm, "sndhwm")
         o.linger_ms = _timeout_ms(linger, "linger")
-        _pub_curve(&o, curve)
+        _fill_curve(&o.curve, curve)
         cdef Publisher pub = Publisher.__new__(Publisher)
         pub._bus = self
         pub.endpoint = endpoint
         pub._encoder = Encoder()
         pub._c = uc_pub_open(self._c, &o, &err)
         if pub._c == NULL:
-            _raise_uc(err, f"publisher({endpoint!r})")
+            _check_rc(err, f"publisher({endpoint!r})")
         self._pubs.add(pub)
         return pub
 
@@ -385,5 +440,31 @@ cdef class Bus:
         self.close()
 
 
-def _bad_topic(t):
-    raise TypeError(f"a topic must be bytes or str, not {type(t).__name__}")
+# ---- private entry points: what Bus.subscribe() does not offer users ---------
+#
+# The benchmark (and the tests) open subscriptions with a GIL mode or a source
+# that users have no use for.  They take subscribe()'s keyword arguments, with
+# its defaults, and share its body.
+
+cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, int gil_mode,
+                                       _Source source, dict subscribe_kwargs):
+    """``bus.subscribe(endpoint, target, **subscribe_kwargs)``, opened with
+    ``gil_mode`` and ``source`` (see Bus._open_subscription)."""
+    defaults = Bus.subscribe.__kwdefaults__   # its signature is the one place they are written
+    for name in subscribe_kwargs:
+        if name not in defaults:
+            raise TypeError(f"unexpected keyword argument {name!r}: "
+                            "Bus.subscribe() has no such argument")
+    kw = {**defaults, **subscribe_kwargs}
+    return bus._open_subscription(
+        endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
+        kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
+        kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
+        gil_mode, source)
+
+
+def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):
+    """``bus.subscribe(endpoint, target, **subscribe_kwargs)`` with the classic
+    PyGILState_Ensure/Release around every message instead of an adopted
+    thread state: what adoption saves is measured against it (docs/threads.md)."""
+    return _subscribe_privately(bus, endpoint, target, GIL_PER_UPCALL, None, subscribe_kwargs)

@@ -83,7 +83,7 @@ def curve_keypair():
     cdef char secret[41]
     _require_curve()
     if zmq_curve_keypair(public, secret) != 0:
-        raise OSError(errno, "zmq_curve_keypair failed")
+        _check_rc(UC_ERR_ZMQ, "curve_keypair()")
     return (public[:40].decode("ascii"), secret[:40].decode("ascii"))
 
 
@@ -126,20 +126,11 @@ cdef inline const char *_key_ptr(object key):
     return <const char *>(<bytes>key)
 
 
-cdef int _sub_curve(uc_sub_opts *o, object keys) except -1:
-    # keys must stay alive until uc_sub_open returns (libzmq copies them).
+cdef int _fill_curve(uc_curve *c, object keys) except -1:
+    # keys must stay alive until the open call returns (libzmq copies them).
     if keys is not None:
-        o.curve_serverkey = _key_ptr(keys[0])
-        o.curve_publickey = _key_ptr(keys[1])
-        o.curve_secretkey = _key_ptr(keys[2])
-        o.curve_server = keys[3]
-    return 0
-
-
-cdef int _pub_curve(uc_pub_opts *o, object keys) except -1:
-    if keys is not None:
-        o.curve_serverkey = _key_ptr(keys[0])
-        o.curve_publickey = _key_ptr(keys[1])
-        o.curve_secretkey = _key_ptr(keys[2])
-        o.curve_server = keys[3]
+        c.serverkey = _key_ptr(keys[0])
+        c.publickey = _key_ptr(keys[1])
+        c.secretkey = _key_ptr(keys[2])
+        c.server = keys[3]
     return 0

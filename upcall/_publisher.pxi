@@ -113,16 +113,7 @@ cdef class Publisher:
             self._closing = NULL
             with nogil:
                 uc_pub_close(c)
-        if rc != UC_OK:
-            if rc == UC_ERR_AGAIN:
-                if ms == 0:
-                    raise BlockingIOError("send would block: the high-water mark is reached")
-                raise TimeoutError(f"send did not complete within {ms} ms "
-                                   "(high-water mark reached)")
-            if rc == UC_ERR_CLOSED:
-                raise ValueError("the publisher was closed during send")
-            _raise_uc(rc, "send")
-        return 0
+        return _check_rc(rc, "send", ms)
 
     cdef _check_open(self):
         if self._c == NULL:

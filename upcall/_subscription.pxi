@@ -8,7 +8,7 @@
 # queued, so a larger one adds no latency; it costs ~220 KB of frame pool.
 DEFAULT_BATCH = 1024
 
-# A long poll()/close() wakes at least this often to let signals (Ctrl-C) in.
+# A long poll()/close()/wait() wakes at least this often to let signals (Ctrl-C) in.
 cdef int _SIGNAL_SLICE_MS = 200
 
 _STAT_NAMES = ("received", "delivered", "batches", "decode_errors",
@@ -29,24 +29,78 @@ cdef int _timeout_ms(object timeout, str name) except -2:
     return <int>min(math.ceil(t * 1000.0), 2 ** 31 - 1)
 
 
-cdef object _raise_uc(int rc, str what):
-    err = errno
-    msg = uc_strerror(rc, err).decode("utf-8", "replace")
-    if rc == UC_ERR_ZMQ or rc == UC_ERR_SYS:
-        if rc == UC_ERR_ZMQ and err == ETERM:
-            raise ValueError(f"{what}: the bus was closed")
-        if err in (EINVAL, EPROTONOSUPPORT):
-            raise ValueError(f"{what}: {msg}")
-        raise OSError(err, f"{what}: {msg}")
-    if rc == UC_ERR_ARG:
-        raise ValueError(f"{what}: {msg}")
-    if rc == UC_ERR_NOMEM:
-        raise MemoryError(f"{what}: {msg}")
+# Steps of a wait in signal slices (see _in_signal_slices): run the C call for
+# at most slice_ms without the GIL; 1: done, 0: not yet.
+ctypedef int (*_slice_step)(Subscription sub, int slice_ms, void *arg) except -1
+
+
+cdef int _in_signal_slices(Subscription sub, _slice_step step, void *arg, int total_ms) except -1:
+    """Run ``step`` until it is done (1) or ``total_ms`` (-1: no limit) have
+    passed (0), in slices of at most _SIGNAL_SLICE_MS with signal handlers
+    run in between: Ctrl-C raises KeyboardInterrupt here, even while the C
+    core would wait for much longer."""
+    cdef int slice_ms
+    deadline = time.monotonic() + total_ms / 1000.0
+    while True:
+        slice_ms = _SIGNAL_SLICE_MS
+        if total_ms >= 0:
+            slice_ms = min(slice_ms, max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0)))
+        if step(sub, slice_ms, arg):
+            return 1
+        PyErr_CheckSignals()
+        if total_ms >= 0 and time.monotonic() >= deadline:
+            return 0
+
+
+cdef struct _poll_progress:
+    size_t limit                  # max_messages (0: no limit)
+    size_t done                   # messages handed to the target so far
+
+
+cdef int _poll_step(Subscription sub, int slice_ms, void *arg) except -1:
+    cdef _poll_progress *p = <_poll_progress *>arg
+    cdef size_t got = 0
+    cdef int rc
+    with nogil:
+        rc = uc_sub_poll(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
+    p.done += got
+    if sub._pending is not None:
+        exc, sub._pending = sub._pending, None
+        raise exc
+    if rc == UC_ERR_CLOSED:
+        return 1
+    _check_rc(rc, "poll")
+    return (p.limit != 0 and p.done >= p.limit) or sub._closed or uc_sub_finished(sub._c) != 0
+
+
+cdef int _close_step(Subscription sub, int slice_ms, void *arg) except -1:
+    cdef int rc
+    with nogil:
+        rc = uc_sub_close(sub._c, slice_ms)
     if rc == UC_ERR_TIMEOUT:
-        raise TimeoutError(f"{what}: {msg}")
-    if rc == UC_ERR_AGAIN:
-        raise BlockingIOError(f"{what}: {msg}")
-    raise RuntimeError(f"{what}: {msg}")
+        return 0
+    _check_rc(rc, "close")
+    return 1
+
+
+cdef int _wait_step(Subscription sub, int slice_ms, void *arg) except -1:
+    cdef int rc
+    with nogil:
+        rc = uc_sub_wait(sub._c, slice_ms)
+    if rc == UC_ERR_TIMEOUT:
+        return 0
+    _check_rc(rc, "wait")
+    return 1
+
+
+cdef class _Source:
+    """Where a subscription's messages come from, when not from a zmq socket:
+    ``open`` makes the C subscription from the options subscribe() prepared
+    (delivery, thread, batch), or returns NULL with ``err[0]`` set."""
+
+    cdef uc_sub *open(self, uc_bus *bus, const uc_sub_opts *o, int *err) noexcept:
+        err[0] = UC_ERR_ARG
+        return NULL
 
 
 @cython.final
@@ -72,6 +126,7 @@ cdef class Subscription:
     cdef str _run_name
     cdef bytes _run_name_b        # NUL-terminated name for the native thread
     cdef object _topics
+    cdef _Source _source          # None: a zmq socket
 
     def __cinit__(self):
         self._c = NULL
@@ -123,49 +178,30 @@ cdef class Subscription:
         Ctrl-C raises KeyboardInterrupt here.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
-        cdef size_t limit = 0, got = 0, done = 0
-        cdef int slice_ms, rc
+        cdef _poll_progress progress
         if not self._caller:
             raise ValueError("poll() is for delivery='caller' subscriptions; "
                              "this one delivers on its own thread")
         if self._closed:
             raise ValueError("poll() on a closed subscription")
+        progress.limit = progress.done = 0
         if max_messages is not None:
             if max_messages < 1:
                 raise ValueError(f"max_messages must be >= 1, not {max_messages!r}")
-            limit = max_messages
-        deadline = time.monotonic() + total_ms / 1000.0
-        while True:
-            slice_ms = _SIGNAL_SLICE_MS
-            if total_ms >= 0:
-                slice_ms = min(slice_ms, max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0)))
-            got = 0
-            with nogil:
-                rc = uc_sub_poll(self._c, slice_ms, limit - done if limit else 0, &got)
-            done += got
-            if self._pending is not None:
-                exc, self._pending = self._pending, None
-                raise exc
-            if rc == UC_ERR_CLOSED:
-                break
-            if rc != UC_OK:
-                _raise_uc(rc, "poll")
-            PyErr_CheckSignals()
-            if (limit and done >= limit) or self._closed or uc_sub_finished(self._c):
-                break
-            if total_ms >= 0 and time.monotonic() >= deadline:
-                break
-        return done
+            progress.limit = max_messages
+        _in_signal_slices(self, _poll_step, &progress, total_ms)
+        return progress.done
 
     def wait(self, timeout=None):
-        """Wait for the loop to end by itself (a synthetic source's last
-        message, StopDelivery) without stopping it; True if it has ended."""
-        return _sub_wait(self, timeout)
-
-    @property
-    def synthetic(self):
-        """A synthetic source's figures (None for a socket); see _synthetic.pxi."""
-        return _synthetic_info(self)
+        """Wait for the loop to end by itself (StopDelivery, the end of its
+        source) without stopping it; True if it has ended.  Thread mode only."""
+        cdef int total_ms = _timeout_ms(timeout, "timeout")
+        if self._c == NULL:
+            return True
+        if self._caller:
+            raise ValueError("wait() is for thread-mode subscriptions; in caller mode poll() "
+                             "returns once delivery has ended")
+        return _in_signal_slices(self, _wait_step, NULL, total_ms) == 1
 
     def close(self, timeout=None):
         """Stop delivery and wait for the loop to end.
@@ -176,26 +212,13 @@ cdef class Subscription:
         stuck; calling close() again waits again.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
-        cdef int slice_ms, rc
         if self._c == NULL:
             return
         self._closed = True
-        deadline = time.monotonic() + total_ms / 1000.0
-        while True:
-            slice_ms = _SIGNAL_SLICE_MS
-            if total_ms >= 0:
-                slice_ms = min(slice_ms, max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0)))
-            with nogil:
-                rc = uc_sub_close(self._c, slice_ms)
-            if rc == UC_OK:
-                break
-            if rc != UC_ERR_TIMEOUT:
-                _raise_uc(rc, "close")
-            PyErr_CheckSignals()
-            if total_ms >= 0 and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"{self!r} did not stop within {timeout} s: a target is still "
-                    "running; close() again to wait longer")
+        if not _in_signal_slices(self, _close_step, NULL, total_ms):
+            raise TimeoutError(
+                f"{self!r} did not stop within {timeout} s: a target is still "
+                "running; close() again to wait longer")
         if self._bus is not None:
             self._bus._forget(self)
 

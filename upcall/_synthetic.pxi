@@ -1,21 +1,64 @@
-# The synthetic source: bus.subscribe("bench://", target, count=..., payload=...,
-# rate=...) runs the real delivery path (the C loop, its thread or the
-# caller's, batches, trampolines, stats, close) fed by views of one payload
-# instead of zmq frames, so upcall rates measure the trampolines themselves.
+# The synthetic source: a subscription fed by views of one payload instead of
+# zmq frames.  It runs the real delivery path (the C loop, its thread or the
+# caller's, batches, trampolines, stats, close), so that upcall rates measure
+# the trampolines themselves.  Private, for the benchmark and the tests:
+# _synthetic_subscribe() opens one, _synthetic_info() reads its figures.
 
-SYNTHETIC_PREFIX = "bench://"
+from upcall.includes.synth cimport (uc_synth_opts, uc_synth_open, uc_synth_info,
+                                    uc_synth_info_get, uc_synth_latencies)
+
 _NIL = b"\xc0"
 
+# What Subscription.endpoint says for a synthetic source.
+_SYNTHETIC_ENDPOINT = "synthetic source"
 
-cdef object _synthetic_args(object endpoint, object count, object payload, object rate,
-                            object backlog_max, object record_latency):
-    """None for a socket endpoint; for "bench://" the checked arguments as a tuple."""
-    if not (isinstance(endpoint, str) and endpoint.startswith(SYNTHETIC_PREFIX)):
-        if (count is not None or payload is not None or rate is not None
-                or backlog_max is not None or record_latency):
-            raise ValueError("count, payload, rate, backlog_max and record_latency apply "
-                             f"to a synthetic source (endpoint {SYNTHETIC_PREFIX!r}) only")
-        return None
+# The subscribe() keyword arguments that apply to a synthetic source; the
+# others configure a zmq socket.
+_SYNTHETIC_SUBSCRIBE_KWARGS = ("batch", "delivery", "thread_factory", "with_topic", "on_error")
+
+
+@cython.final
+cdef class _SyntheticSource(_Source):
+    """The checked arguments of _synthetic_subscribe(), until the loop is made."""
+    cdef bytes payload
+    cdef uint64_t count
+    cdef double rate
+    cdef uint64_t backlog_max
+    cdef int record_latency
+
+    cdef uc_sub *open(self, uc_bus *bus, const uc_sub_opts *o, int *err) noexcept:
+        cdef uc_synth_opts so
+        memset(&so, 0, sizeof(so))
+        so.count = self.count
+        so.payload.data = <const char *>self.payload     # copied by uc_synth_open
+        so.payload.size = len(self.payload)
+        so.rate = self.rate
+        so.backlog_max = self.backlog_max
+        so.record_latency = self.record_latency
+        return uc_synth_open(bus, o, &so, err)
+
+
+def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, rate=None,
+                         backlog_max=None, record_latency=False, gil="adopt",
+                         **subscribe_kwargs):
+    """A subscription of ``target`` to a synthetic source on ``bus``.
+
+    ``count`` messages (None: no end; the subscription ends by itself after
+    the last, see ``sub.wait()``), each ``payload`` (msgpack bytes, default
+    nil) with an empty topic, offered at ``rate`` messages/s (None: as fast
+    as they are taken).  ``backlog_max``: a paced source drops what is due
+    beyond this backlog (counted as dropped).  ``record_latency``: keep each
+    message's delay from its due time (paced, with a count), for
+    _synthetic_info().  ``gil``: "adopt" (what subscribe() does) or
+    "per-upcall" (PyGILState_Ensure around every message).
+    ``subscribe_kwargs``: subscribe()'s batch, delivery, thread_factory,
+    with_topic and on_error.
+    """
+    cdef _SyntheticSource source = _SyntheticSource.__new__(_SyntheticSource)
+    for name in subscribe_kwargs:
+        if name not in _SYNTHETIC_SUBSCRIBE_KWARGS:
+            raise TypeError(f"unexpected keyword argument {name!r}: of subscribe()'s, a "
+                            f"synthetic source takes only {', '.join(_SYNTHETIC_SUBSCRIBE_KWARGS)}")
     if count is not None:
         if not isinstance(count, int) or isinstance(count, bool):
             raise TypeError(f"count must be an int or None, not {type(count).__name__}")
@@ -39,71 +82,35 @@ cdef object _synthetic_args(object endpoint, object count, object payload, objec
             raise ValueError("backlog_max needs a rate (an unpaced source has no backlog)")
     if record_latency and (rate is None or count is None):
         raise ValueError("record_latency needs a rate and a count")
-    return (count or 0, payload, float(rate or 0.0), backlog_max or 0, 1 if record_latency else 0)
+    if gil not in ("adopt", "per-upcall"):
+        raise ValueError(f"gil must be 'adopt' or 'per-upcall', not {gil!r}")
+    source.count = count or 0
+    source.payload = payload
+    source.rate = float(rate or 0.0)
+    source.backlog_max = backlog_max or 0
+    source.record_latency = 1 if record_latency else 0
+    return _subscribe_privately(bus, _SYNTHETIC_ENDPOINT, target,
+                                GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT,
+                                source, subscribe_kwargs)
 
 
-cdef void _synthetic_opts(uc_sub_opts *o, tuple synth):
-    cdef bytes payload = synth[1]
-    o.kind = UC_SYNTH
-    o.synth_count = synth[0]
-    o.synth_payload.data = <const char *>payload     # copied by uc_sub_open
-    o.synth_payload.size = len(payload)
-    o.synth_rate = synth[2]
-    o.synth_backlog_max = synth[3]
-    o.synth_latency = synth[4]
-
-
-cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
-    sub._st.kind = kind
-    sub._st.c = NULL
-    if kind == TARGET_NATIVE:
-        sub._st.native = <PyObject *>sub._target
-        sub._st.selected = <size_t *>malloc(batch * sizeof(size_t))
-        if sub._st.selected == NULL:
-            raise MemoryError()
-    return 0
-
-
-cdef object _sub_wait(Subscription sub, object timeout):
-    cdef int total_ms = _timeout_ms(timeout, "timeout")
-    cdef int slice_ms, rc
-    if sub._c == NULL:
-        return True
-    if sub._caller:
-        raise ValueError("wait() is for thread-mode subscriptions; in caller mode poll() "
-                         "returns once the source has ended")
-    deadline = time.monotonic() + total_ms / 1000.0
-    while True:
-        slice_ms = _SIGNAL_SLICE_MS
-        if total_ms >= 0:
-            slice_ms = min(slice_ms, max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0)))
-        with nogil:
-            rc = uc_sub_wait(sub._c, slice_ms)
-        if rc == UC_OK:
-            return True
-        if rc == UC_ERR_BUSY:
-            raise RuntimeError("wait() from inside the subscription's own target would never return")
-        PyErr_CheckSignals()
-        if total_ms >= 0 and time.monotonic() >= deadline:
-            return False
-
-
-cdef object _synthetic_info(Subscription sub):
-    """produced, dropped, max_backlog, the loop's clock (start_ns, first_ns,
-    last_ns: CLOCK_MONOTONIC ns), seconds (first deliver call to the end of
-    the last), and latency_ns (an array('Q'), one per message in order,
-    2**64-1 for a dropped one; None unless recorded and the loop has ended)."""
+def _synthetic_info(Subscription sub not None):
+    """A synthetic source's figures as a dict (None for a socket): produced,
+    dropped, max_backlog, the loop's clock (start_ns, first_ns, last_ns:
+    CLOCK_MONOTONIC ns), seconds (first deliver call to the end of the last),
+    and latency_ns (an array('Q'), one per message in order, 2**64-1 for a
+    dropped one; None unless recorded and the loop has ended)."""
     cdef uc_synth_info info
     cdef uc_stats st
     cdef size_t n = 0
     cdef const uint64_t *lat
-    if sub._c == NULL or not sub.endpoint.startswith(SYNTHETIC_PREFIX):
+    if sub._c == NULL or not isinstance(sub._source, _SyntheticSource):
         return None
-    uc_sub_synth_info(sub._c, &info)
+    uc_synth_info_get(sub._c, &info)
     uc_sub_stats(sub._c, &st)
     latency = None
     if uc_sub_finished(sub._c):
-        lat = uc_sub_synth_latencies(sub._c, &n)
+        lat = uc_synth_latencies(sub._c, &n)
         if lat != NULL:
             import array
             latency = array.array("Q")

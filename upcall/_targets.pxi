@@ -1,6 +1,6 @@
-# Extension-type targets: which kind a subscribe() target is, and the batch
-# delivery of a Handler that asked for whole batches (Handler.batches).
-# The per-message paths are in _trampoline.pxi (_deliver, _deliver_batch).
+# Targets: which kind a subscribe() target is, what its loop keeps for it, and
+# the delivery of a Handler that takes whole batches (Handler.batches) as one
+# list.  The per-message path is in _trampoline.pxi (_deliver, _deliver_each).
 
 cdef int _target_kind(object target) except -1:
     if isinstance(target, NativeHandler):
@@ -13,8 +13,21 @@ cdef int _target_kind(object target) except -1:
                     f"upcall.native.NativeHandler, not {type(target).__name__}")
 
 
-cdef int _deliver_list(Subscription sub, Handler handler, const uc_msg *batch, size_t n,
-                       const size_t *idx) noexcept:
+cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
+    """Record the target's kind in the loop state; a native handler also gets
+    room for the indices it selects from a batch."""
+    sub._st.kind = kind
+    sub._st.c = NULL
+    if kind == TARGET_NATIVE:
+        sub._st.native = <PyObject *>sub._target
+        sub._st.selected = <size_t *>malloc(batch * sizeof(size_t))
+        if sub._st.selected == NULL:
+            raise MemoryError()
+    return 0
+
+
+cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch, size_t n,
+                          const size_t *idx) noexcept:
     """Handler.batches: decode the batch into one list, then one on_batch call.
 
     A message that does not decode is reported (on_error) and left out of the
@@ -31,10 +44,7 @@ cdef int _deliver_list(Subscription sub, Handler handler, const uc_msg *batch, s
     for i in range(n):
         m = batch + (idx[i] if idx != NULL else i)
         try:
-            if m.n_frames > 2:
-                raise DecodeError(
-                    f"message has {m.n_frames} frames; expected [topic, payload]", None, "frames")
-            obj = decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
+            obj = _decode(decoder, m)
         except BaseException as exc:
             decode_errors += 1
             stop = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(

@@ -3,7 +3,7 @@
 # The C hook is start(factory_ctx, entry, arg): arrange for entry(arg) to run
 # once, on some thread.  The core never joins that thread; it waits for the
 # loop on its own latch, so any factory works.  Three kinds:
-#   native_threads   the core's own detached pthread, named upcall-<n>
+#   native_threads   a marker (not called): the core's own detached pthread, named upcall-<n>
 #   python_threads   a daemon threading.Thread named upcall-<n>
 #   any callable     factory(run): it must arrange for run() to be called once
 #                    on another thread, e.g. ThreadPoolExecutor(...).submit
@@ -20,15 +20,25 @@ def _next_thread_name():
     return f"upcall-{next(_thread_numbers)}"
 
 
-def native_threads(run):
-    """The default thread factory: the C core's own pthread, named ``upcall-<n>``.
+@cython.final
+cdef class _NativeThreads:
+    """``upcall.native_threads``: the default thread factory, the C core's own
+    detached pthread, named ``upcall-<n>``.
 
-    Passing it selects native threads; it is never called.  A native thread
-    adopts one Python thread state on its first upcall and keeps it until its
-    loop ends, so it does not pay the classic unknown-thread penalty.
+    A marker, not a callable: ``thread_factory=upcall.native_threads`` (same
+    as None) selects it.  A native thread adopts one Python thread state on
+    its first upcall and keeps it until its loop ends, so it does not pay the
+    classic unknown-thread penalty.
     """
-    raise TypeError("native_threads is a marker for Bus/subscribe(thread_factory=...); "
-                    "it is not called")
+
+    def __repr__(self):
+        return "upcall.native_threads"
+
+    def __reduce__(self):
+        return "native_threads"    # copies and pickles are this one marker
+
+
+native_threads = _NativeThreads()
 
 
 def python_threads(run):

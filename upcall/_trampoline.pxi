@@ -12,7 +12,7 @@
 #   Python made (python_threads, an executor) Ensure finds the thread's own
 #   state, so the same code path is right for every thread.
 # * per-upcall: the classic PyGILState_Ensure/Release around every message,
-#   kept to measure what adoption saves.  On a native thread each Ensure builds
+#   kept to measure what adoption saves (private: _subscribe_per_upcall).  On a native thread each Ensure builds
 #   and tears down a thread state.
 #
 # Nothing here runs Python once interpreter finalization has begun: the loop
@@ -79,16 +79,16 @@ cdef int _deliver(void *ctx, const uc_msg *batch, size_t n) noexcept nogil:
         for i in range(n):
             with gil:
                 if idx != NULL:
-                    stop = _deliver_batch(<Subscription>st.owner, batch, 1, idx + i)
+                    stop = _deliver_each(<Subscription>st.owner, batch, 1, idx + i)
                 else:
-                    stop = _deliver_batch(<Subscription>st.owner, batch + i, 1, NULL)
+                    stop = _deliver_each(<Subscription>st.owner, batch + i, 1, NULL)
             if stop or _python_gone():
                 return 1
         return 0
     if not st.adopted:
         _adopt(st)
     with gil:
-        return _deliver_batch(<Subscription>st.owner, batch, n, idx)
+        return _deliver_each(<Subscription>st.owner, batch, n, idx)
 
 
 cdef inline void _adopt(loop_state *st) noexcept nogil:
@@ -120,9 +120,10 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
             Py_DecRef(owner)
 
 
-cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n,
-                        const size_t *idx) noexcept:
-    """Decode and deliver n messages with the GIL held; non-zero stops the loop.
+cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
+                       const size_t *idx) noexcept:
+    """Decode n messages and call the target once for each, with the GIL held
+    (a Handler that takes batches: _deliver_as_list); non-zero stops the loop.
 
     idx: NULL, or the messages are batch[idx[0]], ..., batch[idx[n-1]] (what a
     native handler selected; they were counted as delivered already).
@@ -144,7 +145,7 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n,
     if isinstance(target, Handler):
         handler = <Handler>target
         if handler.batches:
-            return _deliver_list(sub, handler, batch, n, idx)
+            return _deliver_as_list(sub, handler, batch, n, idx)
     while i < n and not stop:
         # One try block per batch, not per message: the handler resumes the
         # loop after the message that failed.
@@ -152,11 +153,7 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n,
             while i < n:
                 m = batch + (idx[i] if idx != NULL else i)
                 decoding = True
-                if m.n_frames > 2:
-                    raise DecodeError(
-                        f"message has {m.n_frames} frames; expected [topic, payload]",
-                        None, "frames")   # no byte is at fault: offset None
-                obj = decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
+                obj = _decode(decoder, m)
                 decoding = False
                 if handler is not None:   # the vtable: a C call, no tuple
                     if with_topic:
@@ -199,6 +196,15 @@ cdef int _deliver_batch(Subscription sub, const uc_msg *batch, size_t n,
     if callback_errors:
         uc_sub_add_stat(sub._c, UC_STAT_CALLBACK_ERRORS, callback_errors)
     return stop
+
+
+cdef inline object _decode(Decoder decoder, const uc_msg *m):
+    """The message's payload as a Python object; DecodeError for a message
+    that is not [topic, payload] (no byte is at fault: offset None)."""
+    if m.n_frames > 2:
+        raise DecodeError(f"message has {m.n_frames} frames; expected [topic, payload]",
+                          None, "frames")
+    return decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
 
 
 cdef object _with_context(object exc, const uc_msg *m):

@@ -1,5 +1,8 @@
-from typing import Any
+from typing import Any, final
 
+from typing_extensions import disjoint_base
+
+@disjoint_base
 class Handler:
     batches: bool
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
@@ -8,9 +11,11 @@ class Handler:
     def on_batch(self, msgs: list[Any]) -> Any: ...
     def __call__(self, msg: Any) -> Any: ...
 
+@final
 class Counter(Handler):
     count: int
     last: Any
     def __init__(self, batches: bool = False) -> None: ...
 
-def call_loop(target: Any, n: int, msg: Any = None) -> int: ...
+def _call_loop(target: Any, n: int, msg: Any = None) -> int:
+    """For the benchmark (private): target(msg) n times from a C loop."""

@@ -67,8 +67,8 @@ cdef class Counter(Handler):
         return f"<upcall.handler.Counter count={self.count}>"
 
 
-def call_loop(target, Py_ssize_t n, msg=None):
-    """Benchmark helper: call ``target(msg)`` n times from a C loop, GIL held.
+def _call_loop(target, Py_ssize_t n, msg=None):
+    """For the benchmark (private): call ``target(msg)`` n times from a C loop, GIL held.
 
     The ceiling an upcall can reach on this thread: for a Handler the call
     goes through the vtable (as the trampoline makes it), for anything else

@@ -1,14 +1,19 @@
 from typing import Any
 
+from typing_extensions import disjoint_base
+
+@disjoint_base
 class NativeHandler:
     target: Any
     def __init__(self, target: Any = None) -> None: ...
 
+@disjoint_base
 class Count(NativeHandler):
     messages: int
     bytes: int
     def __init__(self) -> None: ...
 
+@disjoint_base
 class FieldFilter(NativeHandler):
     key: str
     seen: int

@@ -37,10 +37,15 @@ cdef extern from "bus.h" nogil:
     void uc_bus_free(uc_bus *bus)
     void *uc_bus_zmq_context(uc_bus *bus)
 
+    ctypedef struct uc_curve:
+        const char *serverkey
+        const char *publickey
+        const char *secretkey
+        int server
+
     ctypedef enum uc_sub_kind:
         UC_SUB
         UC_PULL
-        UC_SYNTH
     ctypedef enum uc_pub_kind:
         UC_PUB
         UC_PUSH
@@ -62,15 +67,7 @@ cdef extern from "bus.h" nogil:
         void *ctx
         uc_start_fn start
         void *start_ctx
-        const char *curve_serverkey
-        const char *curve_publickey
-        const char *curve_secretkey
-        int curve_server
-        uc_frame synth_payload
-        uint64_t synth_count
-        double synth_rate
-        uint64_t synth_backlog_max
-        int synth_latency
+        uc_curve curve
 
     ctypedef struct uc_sub:
         pass
@@ -101,14 +98,6 @@ cdef extern from "bus.h" nogil:
     void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n)
     const char *uc_sub_last_endpoint(const uc_sub *sub)
     int uc_sub_wait(uc_sub *sub, int timeout_ms)
-    ctypedef struct uc_synth_info:
-        uint64_t produced
-        uint64_t max_backlog
-        int64_t start_ns
-        int64_t first_ns
-        int64_t last_ns
-    void uc_sub_synth_info(const uc_sub *sub, uc_synth_info *out)
-    const uint64_t *uc_sub_synth_latencies(const uc_sub *sub, size_t *n)
 
     ctypedef struct uc_pub_opts:
         uc_pub_kind kind
@@ -116,10 +105,7 @@ cdef extern from "bus.h" nogil:
         int bind
         int sndhwm
         int linger_ms
-        const char *curve_serverkey
-        const char *curve_publickey
-        const char *curve_secretkey
-        int curve_server
+        uc_curve curve
 
     ctypedef struct uc_pub:
         pass

@@ -1,9 +1,10 @@
-/* Tests of the synthetic source (UC_SYNTH): the same loop, threads, caller
- * mode, stats, close and latch as a socket, fed by views of one payload.
+/* Tests of the synthetic source (sub_synth.c, synth.h): the same loop,
+ * threads, caller mode, stats, close and latch as a socket, fed by views of
+ * one payload.
  * Every wait has a deadline; no test depends on how long something takes,
  * except that a paced source may not run ahead of its rate. */
 #define _GNU_SOURCE
-#include "bus.h"
+#include "synth.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -50,21 +51,27 @@ static void on_exit_cb(void *ctx)
     atomic_store(&((coll *)ctx)->exited, 1);
 }
 
-static uc_sub_opts synth_opts(coll *c, size_t batch, uint64_t count, double rate)
+static uc_sub_opts sub_opts(coll *c, size_t batch)
 {
     uc_sub_opts o;
     memset(&o, 0, sizeof o);
-    o.kind = UC_SYNTH;
     o.batch = batch;
     o.deliver = deliver;
     o.on_exit = on_exit_cb;
     o.ctx = c;
     o.start = uc_start_pthread;
-    o.synth_payload.data = c->payload;
-    o.synth_payload.size = c->payload_len;
-    o.synth_count = count;
-    o.synth_rate = rate;
     return o;
+}
+
+static uc_synth_opts synth_opts(coll *c, uint64_t count, double rate)
+{
+    uc_synth_opts y;
+    memset(&y, 0, sizeof y);
+    y.payload.data = c->payload;
+    y.payload.size = c->payload_len;
+    y.count = count;
+    y.rate = rate;
+    return y;
 }
 
 static coll *new_coll(void)
@@ -82,8 +89,9 @@ static int test_count_thread_mode(void)
     uc_bus *bus = uc_bus_new(1, &err);
     CHECK(bus);
     coll *c = new_coll();
-    uc_sub_opts o = synth_opts(c, 64, 10000, 0);
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 64);
+    uc_synth_opts y = synth_opts(c, 10000, 0);
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);    /* ends by itself after the last message */
     CHECK(uc_sub_finished(s));
@@ -97,11 +105,11 @@ static int test_count_thread_mode(void)
     CHECK_EQ(st.received, 10000);
     CHECK_EQ(st.batches, (10000 + 63) / 64);
     uc_synth_info info;
-    uc_sub_synth_info(s, &info);
+    uc_synth_info_get(s, &info);
     CHECK_EQ(info.produced, 10000);
     CHECK(info.start_ns > 0 && info.first_ns >= info.start_ns && info.last_ns >= info.first_ns);
     size_t n;
-    CHECK(uc_sub_synth_latencies(s, &n) == NULL);
+    CHECK(uc_synth_latencies(s, &n) == NULL);
     CHECK_EQ(n, 0);
     CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
     uc_sub_free(s);
@@ -114,8 +122,9 @@ static int test_unlimited_close(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = synth_opts(c, 16, 0, 0);
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 16);
+    uc_synth_opts y = synth_opts(c, 0, 0);
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     for (int i = 0; i < 2000 && atomic_load(&c->messages) < 100000; i++)
         sleep_ms(1);
@@ -135,8 +144,9 @@ static int test_deliver_stops(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     c->stop_after = 100;
-    uc_sub_opts o = synth_opts(c, 10, 0, 0);
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 10);
+    uc_synth_opts y = synth_opts(c, 0, 0);
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
     CHECK_EQ(atomic_load(&c->messages), 100);
@@ -150,10 +160,11 @@ static int test_caller_mode(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = synth_opts(c, 32, 1000, 0);
+    uc_sub_opts o = sub_opts(c, 32);
+    uc_synth_opts y = synth_opts(c, 1000, 0);
     o.start = NULL;
     o.on_exit = NULL;
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, 0), UC_ERR_BUSY);
     size_t got = 0;
@@ -177,19 +188,20 @@ static int test_paced(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     /* 2000 messages at 20,000/s: due over 100 ms; it may not be faster. */
-    uc_sub_opts o = synth_opts(c, 256, 2000, 20000.0);
-    o.synth_latency = 1;
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 256);
+    uc_synth_opts y = synth_opts(c, 2000, 20000.0);
+    y.record_latency = 1;
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
     CHECK_EQ(atomic_load(&c->messages), 2000);
     uc_synth_info info;
-    uc_sub_synth_info(s, &info);
+    uc_synth_info_get(s, &info);
     CHECK(info.last_ns - info.start_ns >= 99000000LL);   /* the last one was due at +99.95 ms */
     /* Paced: batches are what was due, far fewer than 256 per call. */
     CHECK(atomic_load(&c->batches) > 8);
     size_t n;
-    const uint64_t *lat = uc_sub_synth_latencies(s, &n);
+    const uint64_t *lat = uc_synth_latencies(s, &n);
     CHECK(lat != NULL);
     CHECK_EQ(n, 2000);
     for (size_t i = 0; i < n; i++)
@@ -205,10 +217,11 @@ static int test_paced_backlog_drops(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     c->slow_ms = 20;   /* a target far slower than the offered rate */
-    uc_sub_opts o = synth_opts(c, 8, 4000, 40000.0);
-    o.synth_backlog_max = 100;
-    o.synth_latency = 1;
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 8);
+    uc_synth_opts y = synth_opts(c, 4000, 40000.0);
+    y.backlog_max = 100;
+    y.record_latency = 1;
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, WAIT_MS), UC_OK);
     uc_stats st;
@@ -217,10 +230,10 @@ static int test_paced_backlog_drops(void)
     CHECK_EQ(st.received + st.dropped, 4000);
     CHECK_EQ(atomic_load(&c->messages), st.received);
     uc_synth_info info;
-    uc_sub_synth_info(s, &info);
+    uc_synth_info_get(s, &info);
     CHECK(info.max_backlog > 100);
     size_t n, missing = 0;
-    const uint64_t *lat = uc_sub_synth_latencies(s, &n);
+    const uint64_t *lat = uc_synth_latencies(s, &n);
     for (size_t i = 0; i < n; i++)
         missing += lat[i] == UINT64_MAX;
     CHECK_EQ(missing, st.dropped);
@@ -234,8 +247,9 @@ static int test_close_while_sleeping(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = synth_opts(c, 1000, 0, 2.0);   /* one message every 500 ms */
-    uc_sub *s = uc_sub_open(bus, &o, &err);
+    uc_sub_opts o = sub_opts(c, 1000);
+    uc_synth_opts y = synth_opts(c, 0, 2.0);   /* one message every 500 ms */
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     for (int i = 0; i < 2000 && atomic_load(&c->messages) < 1; i++)
         sleep_ms(1);
@@ -251,12 +265,14 @@ static int test_bad_args(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = synth_opts(c, 8, 10, 0);
-    o.synth_payload.data = NULL;
-    CHECK(uc_sub_open(bus, &o, &err) == NULL);
+    uc_sub_opts o = sub_opts(c, 8);
+    uc_synth_opts y = synth_opts(c, 10, 0);
+    y.payload.data = NULL;
+    CHECK(uc_synth_open(bus, &o, &y, &err) == NULL);
     CHECK_EQ(err, UC_ERR_ARG);
-    o = synth_opts(c, 0, 10, 0);
-    CHECK(uc_sub_open(bus, &o, &err) == NULL);
+    o = sub_opts(c, 0);
+    y = synth_opts(c, 10, 0);
+    CHECK(uc_synth_open(bus, &o, &y, &err) == NULL);
     CHECK_EQ(err, UC_ERR_ARG);
     uc_bus_free(bus);
     return 0;

@@ -1,0 +1,357 @@
+/* The subscription life cycle, whatever its source: open (the part every
+ * source shares), the reference count, the latch, poll, close, wait, free,
+ * stats.  The source (a zmq socket in sub_zmq.c) is reached only through
+ * its ops table (sub_impl.h).
+ *
+ * States
+ * ------
+ *  opening   the source is set up; in thread mode the factory has been asked
+ *            to run the loop, which waits for `opened` (set once the open
+ *            function is about to return the handle) before it delivers.
+ *  running   one thread owns the source: the loop's thread in thread mode
+ *            (from `started`: the factory's start is the barrier), the
+ *            polling thread in caller mode (`polling`, handed over under mu).
+ *  stopping  `stop` is set (close, free, deliver returning non-zero, the
+ *            source ran out, ETERM); the loop ends at its next check.  Close
+ *            and free also signal the eventfd to wake a waiting loop.
+ *  finished  the source's owner has finalized it (the socket is closed) and
+ *            set `finished` under mu, waking every waiter.  Thread mode: the
+ *            loop's thread, after on_exit; or close, when the factory has
+ *            not run the loop yet.  Caller mode: the poll that sees the stop,
+ *            or close/free when no poll runs.
+ *  freed     the last reference is dropped: the owner's (uc_sub_free) and
+ *            the running loop's or poll's, in either order.  That is what
+ *            lets uc_sub_free run before the loop has ended, including from
+ *            inside deliver.
+ */
+#define _GNU_SOURCE
+#include "sub_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* An upper bound on `batch`, so that the buffer sizes cannot overflow and a
+ * typo does not allocate gigabytes. */
+#define UC_MAX_BATCH ((size_t)1 << 20)
+
+/* The subscription whose loop runs on this thread (set for the whole loop in
+ * thread mode, including on_exit; for the duration of uc_sub_poll in caller
+ * mode).  uc_sub_close/uc_sub_free compare against it to recognise a call
+ * from inside deliver, where waiting for the loop would wait for ourselves. */
+static _Thread_local const uc_sub *uc_current;
+
+/* ---- references ------------------------------------------------------- */
+
+static void sub_destroy(uc_sub *s)
+{
+    s->ops->destroy(s);
+    if (s->efd >= 0)
+        close(s->efd);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void sub_release(uc_sub *s)
+{
+    /* acq_rel: the last one out must see every write the others made. */
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+        sub_destroy(s);
+}
+
+void uc_sub_discard(uc_sub *s)
+{
+    s->ops->finalize(s);
+    sub_destroy(s);
+}
+
+/* ---- the latch -------------------------------------------------------- */
+
+/* The loop has ended for good: tell whoever waits (close, wait).  Under mu. */
+static void sub_set_finished(uc_sub *s)
+{
+    atomic_store_explicit(&s->finished, 1, memory_order_release);
+    pthread_cond_broadcast(&s->cv);
+}
+
+/* End the subscription from the owner of an idle source: finalize it (the
+ * socket is closed here, by its one user) and set finished.  Under mu. */
+static void sub_finish(uc_sub *s)
+{
+    s->ops->finalize(s);
+    sub_set_finished(s);
+}
+
+static void request_stop(uc_sub *s)
+{
+    atomic_store_explicit(&s->stop, 1, memory_order_release);
+    uc_efd_signal(s->efd);
+}
+
+/* Wait under s->mu until `done` holds; 0, or ETIMEDOUT. */
+static int wait_locked(uc_sub *s, int timeout_ms, int caller_mode)
+{
+    struct timespec deadline;
+    if (timeout_ms >= 0)
+        uc_deadline_after(&deadline, timeout_ms);
+    for (;;) {
+        int done = caller_mode ? !s->polling
+                               : atomic_load_explicit(&s->finished, memory_order_relaxed);
+        if (done)
+            return 0;
+        int rc = timeout_ms < 0 ? pthread_cond_wait(&s->cv, &s->mu)
+                                : pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
+        if (rc == ETIMEDOUT) {
+            done = caller_mode ? !s->polling
+                               : atomic_load_explicit(&s->finished, memory_order_relaxed);
+            return done ? 0 : ETIMEDOUT;
+        }
+    }
+}
+
+/* ---- open ------------------------------------------------------------- */
+
+uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub_opts *o, int *err)
+{
+    int e;
+    if (!bus || !o || !o->deliver || o->batch < 1 || o->batch > UC_MAX_BATCH) {
+        *err = UC_ERR_ARG;
+        return NULL;
+    }
+    uc_sub *s = calloc(1, size);
+    if (!s) {
+        *err = UC_ERR_NOMEM;
+        return NULL;
+    }
+    s->ops = ops;
+    s->efd = -1;
+    s->batch = o->batch;
+    s->deliver = o->deliver;
+    s->on_exit = o->on_exit;
+    s->ctx = o->ctx;
+    s->thread_mode = o->start != NULL;
+    if ((e = pthread_mutex_init(&s->mu, NULL)) != 0) {
+        free(s);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
+    if ((e = uc_cond_init_monotonic(&s->cv)) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
+    /* From here on sub_destroy can undo everything (the source's part is
+     * still zeroed: its destroy frees nothing). */
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0) {
+        e = errno;
+        sub_destroy(s);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
+    return s;
+}
+
+/* Thread mode: the entry handed to the thread factory. */
+static void loop_entry(void *arg)
+{
+    uc_sub *s = arg;
+    /* A factory may run us before the open function has returned (a Python
+     * thread started while the opener waits): deliver only once the caller
+     * holds the handle, so that a target can always use it (stats, close). */
+    pthread_mutex_lock(&s->mu);
+    while (!s->opened)
+        pthread_cond_wait(&s->cv, &s->mu);
+    int closed_before_start = atomic_load_explicit(&s->finished, memory_order_relaxed);
+    s->started = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (closed_before_start) {
+        /* A late start (e.g. a saturated pool): uc_sub_close already closed
+         * the source and ran on_exit.  Nothing is owed but our reference. */
+        sub_release(s);
+        return;
+    }
+    const uc_sub *prev = uc_current;
+    uc_current = s;
+    s->ops->run(s, -1, 0);
+    /* The source is closed before on_exit, finished is set after it: a
+     * close that returns has seen on_exit run, so ctx is free to go. */
+    s->ops->finalize(s);
+    if (s->on_exit)
+        s->on_exit(s->ctx);
+    uc_current = prev;
+    pthread_mutex_lock(&s->mu);
+    sub_set_finished(s);
+    pthread_mutex_unlock(&s->mu);
+    /* Not a touch of s after this: the owner may have freed already. */
+    sub_release(s);
+}
+
+uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
+{
+    if (s->thread_mode) {
+        /* The loop's reference is taken before it can possibly run. */
+        atomic_store_explicit(&s->refs, 2, memory_order_relaxed);
+        if (o->start(o->start_ctx, loop_entry, s) != 0) {
+            /* Contract: a failed start means entry never runs. */
+            uc_sub_discard(s);
+            *err = UC_ERR_THREAD;
+            return NULL;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->opened = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
+    }
+    *err = UC_OK;
+    return s;
+}
+
+/* ---- caller mode ------------------------------------------------------ */
+
+int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivered)
+{
+    if (delivered)
+        *delivered = 0;
+    if (!s)
+        return UC_ERR_ARG;
+    if (s->thread_mode)
+        return UC_ERR_BUSY;
+    pthread_mutex_lock(&s->mu);
+    if (s->polling) {
+        pthread_mutex_unlock(&s->mu);
+        return UC_ERR_BUSY;
+    }
+    if (uc_sub_stopping(s) || atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+        pthread_mutex_unlock(&s->mu);
+        return UC_ERR_CLOSED;
+    }
+    /* The poll holds a reference so that uc_sub_free from inside deliver (or
+     * from another thread) leaves the memory to us. */
+    s->polling = 1;
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&s->mu);
+
+    const uc_sub *prev = uc_current;
+    uc_current = s;
+    size_t n = s->ops->run(s, timeout_ms, max_messages);
+    uc_current = prev;
+
+    pthread_mutex_lock(&s->mu);
+    s->polling = 0;
+    if (uc_sub_stopping(s))
+        sub_finish(s); /* we own the source: a stop seen here ends the subscription */
+    else
+        pthread_cond_broadcast(&s->cv); /* polling changed: a close may wait for it */
+    pthread_mutex_unlock(&s->mu);
+    if (delivered)
+        *delivered = n;
+    sub_release(s);
+    return UC_OK;
+}
+
+/* ---- stop, wait, free ------------------------------------------------- */
+
+int uc_sub_close(uc_sub *s, int timeout_ms)
+{
+    if (!s)
+        return UC_ERR_ARG;
+    request_stop(s);
+    if (uc_current == s)
+        return UC_OK; /* inside deliver (or on_exit): the loop ends after it returns */
+    pthread_mutex_lock(&s->mu);
+    if (s->thread_mode && !s->started && !atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+        /* The factory has not run the loop yet (it may never): nothing can
+         * be delivered, so do not wait for it.  The source is idle and ours,
+         * and on_exit runs here, so that ctx is not needed after close
+         * returns; a late start finds the subscription finished and returns. */
+        sub_finish(s);
+        pthread_mutex_unlock(&s->mu);
+        if (s->on_exit) {
+            const uc_sub *prev = uc_current;
+            uc_current = s;
+            s->on_exit(s->ctx);
+            uc_current = prev;
+        }
+        return UC_OK;
+    }
+    int rc = wait_locked(s, timeout_ms, !s->thread_mode);
+    if (rc == 0 && !s->thread_mode && !atomic_load_explicit(&s->finished, memory_order_relaxed))
+        sub_finish(s); /* no poll runs: the source is idle and ours to close */
+    pthread_mutex_unlock(&s->mu);
+    return rc == 0 ? UC_OK : UC_ERR_TIMEOUT;
+}
+
+int uc_sub_wait(uc_sub *s, int timeout_ms)
+{
+    if (!s)
+        return UC_ERR_ARG;
+    if (!s->thread_mode || uc_current == s)
+        return UC_ERR_BUSY;
+    pthread_mutex_lock(&s->mu);
+    int rc = wait_locked(s, timeout_ms, 0);
+    pthread_mutex_unlock(&s->mu);
+    return rc == 0 ? UC_OK : UC_ERR_TIMEOUT;
+}
+
+void uc_sub_wake(uc_sub *s)
+{
+    if (s)
+        uc_efd_signal(s->efd);
+}
+
+int uc_sub_finished(const uc_sub *s)
+{
+    return s ? atomic_load_explicit(&((uc_sub *)s)->finished, memory_order_acquire) : 1;
+}
+
+void uc_sub_free(uc_sub *s)
+{
+    if (!s)
+        return;
+    /* Freeing implies stopping: nobody could stop the loop afterwards. */
+    request_stop(s);
+    if (!s->thread_mode) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->polling && !atomic_load_explicit(&s->finished, memory_order_relaxed))
+            sub_finish(s);
+        /* else: the running poll sees the stop, finalizes and frees. */
+        pthread_mutex_unlock(&s->mu);
+    }
+    sub_release(s);
+}
+
+/* ---- stats and the endpoint ------------------------------------------- */
+
+void uc_sub_stats(const uc_sub *s, uc_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    _Atomic uint64_t *st = ((uc_sub *)s)->stats;
+    out->received = atomic_load_explicit(&st[UC_STAT_RECEIVED], memory_order_relaxed);
+    out->delivered = atomic_load_explicit(&st[UC_STAT_DELIVERED], memory_order_relaxed);
+    out->batches = atomic_load_explicit(&st[UC_STAT_BATCHES], memory_order_relaxed);
+    out->decode_errors = atomic_load_explicit(&st[UC_STAT_DECODE_ERRORS], memory_order_relaxed);
+    out->callback_errors = atomic_load_explicit(&st[UC_STAT_CALLBACK_ERRORS], memory_order_relaxed);
+    out->dropped = atomic_load_explicit(&st[UC_STAT_DROPPED], memory_order_relaxed);
+}
+
+void uc_sub_add_stat(uc_sub *s, uc_stat_id which, uint64_t n)
+{
+    if (!s || (unsigned)which > UC_STAT_DROPPED)
+        return;
+    atomic_fetch_add_explicit(&s->stats[which], n, memory_order_relaxed);
+}
+
+const char *uc_sub_last_endpoint(const uc_sub *s)
+{
+    return s ? s->last_endpoint : "";
+}

@@ -1,0 +1,89 @@
+/* A subscription as its sources see it (internal; not installed).
+ *
+ * sub.c owns the life cycle (open, references, the latch, poll, close,
+ * wait, free, stats); a source (sub_zmq.c: a zmq socket; others in their
+ * own files) produces the batches.  A source embeds struct uc_sub as the
+ * first member of its own struct, keeps its own state there, and hands
+ * sub.c an ops table: the life cycle never asks which source it runs. */
+#ifndef UPCALL_SUB_IMPL_H
+#define UPCALL_SUB_IMPL_H
+
+#include "bus.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "sockopt.h"
+
+typedef struct uc_sub_ops {
+    /* The loop body, on the thread that owns the source (the loop's thread,
+     * or the caller of uc_sub_poll).  Runs until uc_sub_stopping(), until
+     * timeout_ms passes (< 0: never), until max_messages (0: no limit) have
+     * been handed to deliver, or until deliver returns non-zero (then, and
+     * when the source ends by itself, it calls uc_sub_end_loop).  Returns
+     * the number of messages handed to deliver. */
+    size_t (*run)(uc_sub *s, int timeout_ms, size_t max_messages);
+    /* Release what the source holds outside its own memory (a socket and
+     * the bus reference that goes with it).  Called by the source's owner
+     * once the subscription stops for good, or on a failed open; must be
+     * safe on a source whose open did not get that far. */
+    void (*finalize)(uc_sub *s);
+    /* Free the source's own buffers (not the struct: sub.c frees that).
+     * Called once, by whoever drops the last reference, after finalize. */
+    void (*destroy)(uc_sub *s);
+} uc_sub_ops;
+
+struct uc_sub {
+    const uc_sub_ops *ops;
+    /* Fixed at open. */
+    int efd;           /* wakes a waiting loop: the only thread-safe way in */
+    int thread_mode;
+    size_t batch;
+    uc_deliver_fn deliver;
+    uc_exit_fn on_exit;
+    void *ctx;
+
+    /* Shared. */
+    atomic_int stop;      /* stop requested: the loop ends at its next check */
+    atomic_int finished;  /* the loop has ended for good (set under mu) */
+    atomic_int refs;      /* owner + running loop/poll */
+    _Atomic uint64_t stats[UC_STAT_DROPPED + 1];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* signalled when finished or polling changes */
+    int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
+    int opened;           /* the open function has returned the handle (under mu) */
+    int started;          /* thread mode: the loop took the source (under mu) */
+
+    char last_endpoint[UC_ENDPOINT_MAX];  /* set by the source's open */
+};
+
+/* The first half of a source's open: check the options every source
+ * shares, allocate `size` bytes (the source's struct, zeroed, beginning with
+ * struct uc_sub) and set up the shared part.  NULL with *err set (and errno
+ * for UC_ERR_SYS) on failure. */
+uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub_opts *o, int *err);
+
+/* The second half: start the loop (thread mode) or make the subscription
+ * ready for polls, and return it.  On failure the subscription is discarded
+ * and NULL returned with *err set. */
+uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err);
+
+/* Undo uc_sub_new and the source's setup (its finalize, then destroy): for
+ * an open that fails after uc_sub_new. */
+void uc_sub_discard(uc_sub *s);
+
+/* For the source's run: has a stop been requested? */
+static inline int uc_sub_stopping(uc_sub *s)
+{
+    return atomic_load_explicit(&s->stop, memory_order_relaxed);
+}
+
+/* For the source's run, on the loop's own thread: end the loop at its next
+ * check (deliver returned non-zero, the source ran out or broke).  Nothing
+ * to wake: the loop is the caller. */
+static inline void uc_sub_end_loop(uc_sub *s)
+{
+    atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
+}
+
+#endif

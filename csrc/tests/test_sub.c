@@ -1,0 +1,483 @@
+/* Tests of the subscription life cycle (sub.c), run over a PULL socket:
+ * wake, caller mode (poll), close and free from anywhere (inside deliver,
+ * another thread, before the loop ends), a non-zero deliver return, close
+ * timeouts, thread factories, stats. */
+#define _GNU_SOURCE
+#include "bus.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "check.h"
+#include "fixtures.h"
+
+/* uc_sub_wake on a thread-mode loop only wakes it: delivery goes on. */
+static int test_wake(void)
+{
+    coll c;
+    coll_init(&c, 10);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_THREAD, &s, &p), 0);
+    for (int i = 0; i < 50; i++)
+        uc_sub_wake(s);
+    CHECK(!uc_sub_finished(s));
+    CHECK_EQ(send_str(p, "", "after"), UC_OK);
+    CHECK(coll_wait(&c, 1));
+    CHECK(rec_is(&c.recs[0], "", "after"));
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Caller mode: timeout, max_messages, exact batch sizes of a queued flood,
+ * BUSY cases, close, CLOSED afterwards. */
+static int test_caller_mode(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 200);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 7);
+    so.start = NULL;
+    so.on_exit = NULL;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s && err == UC_OK);
+    atomic_store(&c.sub, s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    size_t d = 99;
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_OK); /* nothing queued: returns */
+    CHECK_EQ(d, 0);
+    CHECK_EQ(uc_sub_poll(s, 30, 0, &d), UC_OK); /* times out */
+    CHECK_EQ(d, 0);
+    char payload[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(p, "", payload), UC_OK);
+    }
+    /* inproc: all 100 sit in the pipe now.  max_messages is exact. */
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 4, &d), UC_OK);
+    CHECK_EQ(d, 4);
+    CHECK_EQ(c.batches, 1);
+    CHECK_EQ(c.max_batch, 4);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 96, &d), UC_OK);
+    CHECK_EQ(d, 96);
+    CHECK_EQ(c.batches, 1 + (96 + 6) / 7); /* full batches of 7, then 5 */
+    CHECK_EQ(c.max_batch, 7);
+    for (int i = 0; i < 100; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK(rec_is(&c.recs[i], "", payload));
+    }
+    /* Re-entering poll from deliver is refused. */
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    c.poll_in_cb = 1;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 1, &d), UC_OK);
+    CHECK_EQ(c.cb_poll_rc, UC_ERR_BUSY);
+    /* uc_sub_wake without a stop: a timed poll still runs to its end. */
+    uc_sub_wake(s);
+    CHECK_EQ(uc_sub_poll(s, 10, 0, &d), UC_OK);
+    CHECK_EQ(d, 0);
+    CHECK(!uc_sub_finished(s));
+    /* Close with no poll running: marks closed; poll then says CLOSED. */
+    CHECK_EQ(uc_sub_close(s, 0), UC_OK);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_CLOSED);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* twice is fine */
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 101);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Caller mode: poll on a thread-mode subscription is BUSY. */
+static int test_poll_thread_mode_busy(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 1);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 4);
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_BUSY);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    coll_fini(&c);
+    return 0;
+}
+
+typedef struct {
+    uc_sub *sub;
+    int rc;
+    size_t delivered;
+    atomic_int done;
+} poller;
+
+static void *poll_thread(void *p)
+{
+    poller *pl = p;
+    pl->rc = uc_sub_poll(pl->sub, -1, 0, &pl->delivered);
+    atomic_store(&pl->done, 1);
+    return NULL;
+}
+
+/* Caller mode: close from another thread wakes a poll without timeout; a
+ * second poller is BUSY meanwhile; close with a timeout while the callback
+ * is stuck times out. */
+static int test_caller_close_other_thread(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 4);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 4);
+    so.start = NULL;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    poller pl = {.sub = s};
+    pthread_t t;
+    c.gate = 1;
+    CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
+    CHECK_EQ(send_str(p, "", "one"), UC_OK);
+    /* Wait until the poll is inside deliver: it certainly runs now. */
+    coll_wait_entered(&c);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_BUSY);
+    CHECK_EQ(uc_sub_close(s, 20), UC_ERR_TIMEOUT);
+    CHECK(!uc_sub_finished(s));
+    pthread_mutex_lock(&c.mu);
+    c.released = 1;
+    c.gate = 0;
+    pthread_cond_broadcast(&c.cv);
+    pthread_mutex_unlock(&c.mu);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    CHECK(uc_sub_finished(s));
+    pthread_join(t, NULL);
+    CHECK_EQ(pl.rc, UC_OK);
+    CHECK_EQ(pl.delivered, 1);
+    CHECK_EQ(atomic_load(&c.exits), 0); /* on_exit is thread mode only */
+
+    /* And an idle poll (blocked in zmq_poll) is woken by close. */
+    uc_sub *s2;
+    char ep2[64];
+    bind_ep(T_INPROC, ep2, sizeof ep2);
+    so.endpoint = ep2;
+    s2 = uc_sub_open(g_bus, &so, &err);
+    CHECK(s2);
+    poller pl2 = {.sub = s2};
+    CHECK(pthread_create(&t, NULL, poll_thread, &pl2) == 0);
+    /* Whether the close lands before or during the poll, it must end. */
+    CHECK_EQ(uc_sub_close(s2, -1), UC_OK);
+    pthread_join(t, NULL);
+    CHECK(pl2.rc == UC_OK || pl2.rc == UC_ERR_CLOSED);
+    CHECK(uc_sub_finished(s2));
+    uc_sub_free(s2);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Caller mode: free from inside deliver; the poll frees on its way out. */
+static int test_caller_free_in_callback(void)
+{
+    coll c;
+    coll_init(&c, 4);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_CALLER, &s, &p), 0);
+    atomic_store(&c.sub, s);
+    /* free from inside deliver, in caller mode */
+    c.free_in_cb = 1;
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 1);
+    /* s is gone now (ASan would catch a leak or a use). */
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Caller mode: a non-zero deliver return ends the poll and the subscription. */
+static int test_caller_stop_return(void)
+{
+    coll c;
+    coll_init(&c, 10);
+    c.stop_at = 3;
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_CALLER, &s, &p), 0);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 3);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_CLOSED);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Thread mode: close from inside the callback requests the stop, returns
+ * UC_OK at once, and the loop ends (on_exit once, on the loop thread). */
+static int test_close_in_callback(void)
+{
+    coll c;
+    coll_init(&c, 10);
+    c.cb_close_rc = 12345;
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
+    atomic_store(&c.sub, s);
+    pthread_mutex_lock(&c.mu); /* the loop thread reads it */
+    c.close_in_cb = 1;
+    pthread_mutex_unlock(&c.mu);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    CHECK(wait_atomic(&c.exits, 1));
+    CHECK_EQ(c.cb_close_rc, UC_OK);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(atomic_load(&c.exits), 1);
+    CHECK(pthread_equal(c.deliver_thread, c.exit_thread));
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Thread mode: free from inside the callback; the loop frees on its way out. */
+static int test_free_in_callback(void)
+{
+    coll c;
+    coll_init(&c, 10);
+    int before = atomic_load(&g_factory.finished);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
+    atomic_store(&c.sub, s);
+    pthread_mutex_lock(&c.mu);
+    c.free_in_cb = 1;
+    pthread_mutex_unlock(&c.mu);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    CHECK(wait_atomic(&c.exits, 1));
+    CHECK(wait_atomic(&g_factory.finished, before + 1));
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Thread mode: a non-zero return stops the loop; nothing more is delivered. */
+static int test_stop_return(void)
+{
+    coll c;
+    coll_init(&c, 100);
+    c.stop_at = 5;
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
+    for (int i = 0; i < 20; i++)
+        CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    CHECK(wait_atomic(&c.exits, 1));
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(coll_count(&c), 5);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 5);
+    CHECK_EQ(st.batches, 5);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Thread mode: free without close, while the loop runs (idle in zmq_poll
+ * and busy in a callback): the loop ends and frees. */
+static int test_free_before_end(void)
+{
+    int before = atomic_load(&g_factory.finished);
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c1;
+    coll_init(&c1, 1);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c1, 8);
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_sub_free(s); /* idle loop (or not even started) */
+    CHECK(wait_atomic(&c1.exits, 1));
+
+    /* Busy: free while the callback is stuck, then release it. */
+    coll c2;
+    coll_init(&c2, 4);
+    c2.gate = 1;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c2, 8, MODE_THREAD, &s, &p), 0);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    coll_wait_entered(&c2);
+    uc_sub_free(s);
+    coll_release(&c2);
+    CHECK(wait_atomic(&c2.exits, 1));
+    CHECK(wait_atomic(&g_factory.finished, before + 2));
+    uc_pub_close(p);
+    coll_fini(&c1);
+    coll_fini(&c2);
+    return 0;
+}
+
+/* Close with a timeout while the callback is stuck: TIMEOUT, then OK. */
+static int test_close_timeout(void)
+{
+    coll c;
+    coll_init(&c, 4);
+    c.gate = 1;
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 8, MODE_THREAD, &s, &p), 0);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    coll_wait_entered(&c);
+    CHECK_EQ(uc_sub_close(s, 20), UC_ERR_TIMEOUT);
+    CHECK_EQ(uc_sub_close(s, 0), UC_ERR_TIMEOUT);
+    CHECK(!uc_sub_finished(s));
+    CHECK_EQ(atomic_load(&c.exits), 0);
+    coll_release(&c);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(atomic_load(&c.exits), 1); /* on_exit ran before close returned */
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* The default factory and a custom one: calls counted; a failing factory
+ * makes open fail with UC_ERR_THREAD and leaves nothing behind. */
+static int test_factories(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 4);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 8);
+    so.start = uc_start_pthread;
+    so.start_ctx = NULL;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    CHECK(coll_wait(&c, 1));
+    CHECK(!pthread_equal(c.deliver_thread, pthread_self()));
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    CHECK_EQ(atomic_load(&c.exits), 1);
+    uc_sub_free(s);
+    uc_pub_close(p);
+
+    factory f = {0};
+    so.start = counting_start;
+    so.start_ctx = &f;
+    for (int i = 0; i < 3; i++) {
+        s = uc_sub_open(g_bus, &so, &err);
+        CHECK(s);
+        CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+        uc_sub_free(s);
+    }
+    CHECK_EQ(atomic_load(&f.calls), 3);
+    CHECK(wait_atomic(&f.finished, 3));
+
+    factory bad = {.fail = 1};
+    so.start_ctx = &bad;
+    int fds = count_fds();
+    atomic_store(&c.exits, 0);
+    err = 0;
+    s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s == NULL);
+    CHECK_EQ(err, UC_ERR_THREAD);
+    CHECK_EQ(atomic_load(&bad.calls), 1);
+    CHECK_EQ(atomic_load(&c.exits), 0);
+    CHECK(wait_fds(fds));
+    /* The socket was closed: the endpoint can be bound again. */
+    so.start_ctx = &g_factory;
+    s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Stats: received/batches from the core, the rest added by the upper layer. */
+static int test_stats(void)
+{
+    coll c;
+    coll_init(&c, 10);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 4, MODE_CALLER, &s, &p), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 10, &d), UC_OK);
+    CHECK_EQ(d, 10);
+    uc_sub_add_stat(s, UC_STAT_DELIVERED, 7);
+    uc_sub_add_stat(s, UC_STAT_DECODE_ERRORS, 2);
+    uc_sub_add_stat(s, UC_STAT_CALLBACK_ERRORS, 1);
+    uc_sub_add_stat(s, UC_STAT_DROPPED, 3);
+    uc_sub_add_stat(s, (uc_stat_id)99, 5); /* ignored */
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 10);
+    CHECK_EQ(st.batches, 3); /* 4 + 4 + 2 */
+    CHECK_EQ(st.delivered, 7);
+    CHECK_EQ(st.decode_errors, 2);
+    CHECK_EQ(st.callback_errors, 1);
+    CHECK_EQ(st.dropped, 3);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+int main(void)
+{
+    if (fixtures_setup() != 0)
+        return 2;
+    run("wake", test_wake);
+    run("caller_mode", test_caller_mode);
+    run("poll_thread_mode_busy", test_poll_thread_mode_busy);
+    run("caller_close_other_thread", test_caller_close_other_thread);
+    run("caller_free_in_callback", test_caller_free_in_callback);
+    run("caller_stop_return", test_caller_stop_return);
+    run("close_in_callback", test_close_in_callback);
+    run("free_in_callback", test_free_in_callback);
+    run("stop_return", test_stop_return);
+    run("free_before_end", test_free_before_end);
+    run("close_timeout", test_close_timeout);
+    run("factories", test_factories);
+    run("stats", test_stats);
+    if (fixtures_teardown() != 0)
+        g_failed++;
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}

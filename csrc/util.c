@@ -1,0 +1,95 @@
+/* The helpers of util.h, and uc_strerror (bus.h). */
+#define _GNU_SOURCE
+#include "util.h"
+
+#include "bus.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+const char *uc_strerror(int code, int err)
+{
+    switch (code) {
+    case UC_OK: return "success";
+    case UC_ERR_ZMQ: return zmq_strerror(err);
+    case UC_ERR_SYS: return strerror(err);
+    case UC_ERR_ARG: return "invalid argument";
+    case UC_ERR_NOMEM: return "out of memory";
+    case UC_ERR_TIMEOUT: return "timed out waiting for the receive loop to end";
+    case UC_ERR_CLOSED: return "the subscription or publisher is closed";
+    case UC_ERR_AGAIN: return "would block: the high-water mark is reached";
+    case UC_ERR_THREAD: return "the thread factory failed to start the receive loop";
+    case UC_ERR_BUSY: return "busy: poll on a thread-mode subscription, or poll already running";
+    default: return "unknown upcall error";
+    }
+}
+
+void *uc_open_failed(int *err, int code, int saved_errno)
+{
+    errno = saved_errno;
+    *err = code;
+    return NULL;
+}
+
+/* ---- time ------------------------------------------------------------- */
+
+void uc_deadline_after(struct timespec *ts, int timeout_ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += timeout_ms / 1000;
+    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+long uc_ms_left(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ns = (long long)(deadline->tv_sec - now.tv_sec) * 1000000000LL
+                 + (deadline->tv_nsec - now.tv_nsec);
+    if (ns <= 0)
+        return 0;
+    return (long)((ns + 999999) / 1000000);
+}
+
+int64_t uc_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int uc_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    if (!rc)
+        rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+/* ---- eventfd ---------------------------------------------------------- */
+
+void uc_efd_signal(int fd)
+{
+    uint64_t one = 1;
+    /* EAGAIN means the counter is saturated: already signalled, fine. */
+    while (write(fd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+void uc_efd_drain(int fd)
+{
+    uint64_t v;
+    while (read(fd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+}

@@ -1,0 +1,42 @@
+/* Small helpers the C core's files share (internal; not installed): the
+ * monotonic clock, condition variables on it, the eventfd used to wake a
+ * waiting loop or sender, and the failure return of the open functions. */
+#ifndef UPCALL_UTIL_H
+#define UPCALL_UTIL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+/* ---- time ------------------------------------------------------------- */
+
+/* *ts = now + timeout_ms on CLOCK_MONOTONIC. */
+void uc_deadline_after(struct timespec *ts, int timeout_ms);
+
+/* Milliseconds left until the deadline, rounded up (so that a sub-millisecond
+ * remainder waits instead of spinning through poll(0)); 0 once passed. */
+long uc_ms_left(const struct timespec *deadline);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t uc_mono_ns(void);
+
+/* pthread_cond_timedwait measures against CLOCK_REALTIME unless told
+ * otherwise; a wall-clock jump must not shorten or stretch a close.  0 or
+ * an errno value. */
+int uc_cond_init_monotonic(pthread_cond_t *cv);
+
+/* ---- eventfd ---------------------------------------------------------- */
+
+/* Make the (non-blocking) eventfd readable; a saturated counter is fine. */
+void uc_efd_signal(int fd);
+/* Reset it, so that the next wait sleeps again. */
+void uc_efd_drain(int fd);
+
+/* ---- open failures ---------------------------------------------------- */
+
+/* The failure return of the open functions: *err says which layer failed,
+ * errno (restored here, since the cleanup before it may change it) why.
+ * Returns NULL. */
+void *uc_open_failed(int *err, int code, int saved_errno);
+
+#endif
