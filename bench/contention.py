@@ -8,7 +8,7 @@ what matters is how much one GIL crossing delivers.
 
 Rows:
 
-* ``synthetic``: the paced synthetic source (``bus.subscribe("bench://", ...,
+* ``synthetic``: the paced synthetic source (``_synthetic_subscribe(bus, ...,
   rate=R, backlog_max=R)``: a bounded one-second queue, the excess is lost) to
   a native delivery thread, the 80-byte map payload decoded and handed to a
   pure-Python target, for several batch sizes.  Latency is the C core's: from
@@ -34,6 +34,7 @@ import sys
 import time
 
 import upcall
+from upcall._bus import _synthetic_info, _synthetic_subscribe
 
 from bench import measure, report
 from bench.bus import Endpoints, PyzmqLoop
@@ -88,16 +89,16 @@ def synthetic_row(bus, rate: float, seconds: float, batch: int, payload: bytes) 
     def target(msg):
         pass
 
-    sub = bus.subscribe("bench://", target, count=count, payload=payload, rate=rate,
-                        batch=batch, backlog_max=int(rate), record_latency=True)
+    sub = _synthetic_subscribe(bus, target, count=count, payload=payload, rate=rate,
+                               backlog_max=int(rate), record_latency=True, batch=batch)
     busy = busy_loop(seconds)
     now = time.monotonic_ns()
-    st, info = sub.stats, sub.synthetic
+    st, info = sub.stats, _synthetic_info(sub)
     offered = min(count, (now - info["start_ns"]) * rate / 1e9)
     delivered_window = st["delivered"]
     window = (now - info["start_ns"]) / 1e9
     sub.wait(60.0)
-    info, st = sub.synthetic, sub.stats
+    info, st = _synthetic_info(sub), sub.stats
     sub.close()
     p50, p99 = _pcts(info["latency_ns"])
     return {"offered_rate": offered / window, "rate": delivered_window / window,

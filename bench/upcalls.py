@@ -2,7 +2,7 @@
 
 Everything here runs through the real delivery path (the C loop, its thread
 or the caller's, batches, the trampolines, stats) fed by the synthetic source
-``bus.subscribe("bench://", target, count=N, payload=...)``: no zmq, so the
+``_synthetic_subscribe(bus, target, count=N, payload=...)``: no zmq, so the
 figures are the upcall mechanics themselves.  ``rate`` is upcalls per second
 from the start of the first deliver call to the end of the last (the C
 core's clock), so thread start-up is not in it.
@@ -21,7 +21,7 @@ Rows:
   ``upcall.native.FieldFilter`` over the 80-byte map (selects nothing), no GIL;
 * the 80-byte map payload (``bench.workload.SMALL_MESSAGE``) instead of nil;
 * the ceiling: a C loop on the calling thread, GIL held, calling the same
-  target (``upcall.handler.call_loop``).
+  target (``upcall.handler._call_loop``).
 
 Variants are interleaved (A B C ..., rotated each repeat), each run waits for
 an idle machine and is redone if disturbed (bench.measure), figures
@@ -35,6 +35,8 @@ import sys
 import time
 
 import upcall
+from upcall._bus import _synthetic_info, _synthetic_subscribe
+from upcall.handler import _call_loop
 
 from bench import measure, report
 from bench.workload import NIL, small_payload
@@ -96,23 +98,22 @@ class Variant:
     def once(self, bus, payloads) -> float:
         target = self.make_target()
         if self.kind == "ceiling":
-            from upcall.handler import call_loop
             t0 = time.perf_counter()
-            call_loop(target, self.n, None)
+            _call_loop(target, self.n, None)
             return self.n / (time.perf_counter() - t0)
         kw = dict(count=self.n, payload=payloads[self.payload], batch=self.batch, gil=self.gil)
         if self.thread == "caller":
             kw["delivery"] = "caller"
         elif self.thread == "python_threads":
             kw["thread_factory"] = upcall.python_threads
-        sub = bus.subscribe("bench://", target, **kw)
+        sub = _synthetic_subscribe(bus, target, **kw)
         if self.thread == "caller":
             while not sub.closed:
                 sub.poll(timeout=60.0)
         elif not sub.wait(600.0):
             sub.close()
             raise RuntimeError(f"{self.label}: did not finish")
-        info, stats = sub.synthetic, sub.stats
+        info, stats = _synthetic_info(sub), sub.stats
         sub.close()
         if stats["delivered"] != self.n:
             raise RuntimeError(f"{self.label}: delivered {stats['delivered']} of {self.n}")
