@@ -8,7 +8,11 @@ import math
 
 import pytest
 
-bus = pytest.importorskip("upcall.bench.bus")
+from bench_package import bench_module
+
+bus = bench_module("bus")
+measure = bench_module("measure")
+report = bench_module("report")
 
 FIELDS = {"transport", "mode", "n", "rate", "cpu_us_per_msg", "lost", "p50_us", "p99_us",
           "seconds", "rate_ratio", "cpu_ratio", "p50_ratio"}
@@ -51,7 +55,6 @@ def test_quick_run_produces_records(capsys):
 
 
 def test_helpers():
-    from upcall.bench import measure, report
     assert measure.percentile([1, 2, 3, 4, 5], 50) == 3
     assert measure.percentile([10], 99) == 10
     assert math.isnan(measure.percentile([], 50))
@@ -70,7 +73,7 @@ def test_helpers():
 
 def test_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from upcall.bench.plot import plot
+    plot = bench_module("plot").plot
     recs = [{"section": "bus", "transport": t, "mode": m, "rate": 1e5 * (i + 1),
              "rate_min": 9e4, "rate_max": 2e6, "cpu_us_per_msg": 1.0, "p50_us": 20.0,
              "p99_us": 40.0}

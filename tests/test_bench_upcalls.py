@@ -10,8 +10,10 @@ import pytest
 
 import upcall
 
-upcalls = pytest.importorskip("upcall.bench.upcalls")
-contention = pytest.importorskip("upcall.bench.contention")
+from bench_package import bench_module
+
+upcalls = bench_module("upcalls")
+contention = bench_module("contention")
 
 FIELDS = {"target", "thread", "gil", "batch", "payload", "n", "rate", "seconds"}
 

@@ -1,16 +1,19 @@
-"""``python -m upcall bench [...]``: the benchmark, as bench_upcalls.py."""
+"""``python -m upcall``: no commands yet.
+
+The benchmark is not part of the installed package: it lives in the source
+tree (``python bench_upcalls.py`` or ``make bench`` there).
+"""
 import sys
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m upcall bench [bench options]  (see: python -m upcall bench --help)")
-        return 0 if argv else 2
-    if argv[0] == "bench":
-        from upcall.bench.main import main as bench
-        return bench(argv[1:])
-    print(f"upcall: unknown command {argv[0]!r}; try: python -m upcall bench", file=sys.stderr)
+    if argv[:1] == ["bench"]:
+        print("upcall: the benchmark lives in the source tree: run `python bench_upcalls.py` "
+              "or `make bench` there", file=sys.stderr)
+    else:
+        print("upcall: no commands yet (the benchmark: `python bench_upcalls.py` in the "
+              "source tree)", file=sys.stderr)
     return 2
 
 

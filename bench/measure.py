@@ -305,17 +305,24 @@ class pinned:
 
 # ---- ordering ------------------------------------------------------------
 
-def interleave(variants: Sequence[Any], repeats: int, rotate: bool = True) -> Iterator[tuple[int, Any]]:
-    """Yield (repeat, variant): A B C, A B C, ... ``repeats`` times.
+def interleave(variants: Sequence[Any], repeats: int,
+               order: str = "rotate") -> Iterator[tuple[int, Any]]:
+    """Yield (repeat, variant), every variant once per repeat.
 
-    With ``rotate`` each round starts one variant later (A B C, B C A, ...)
-    so no variant always runs first after a pause.
+    So that no variant always runs first after a pause, each round starts
+    one variant later with ``order="rotate"`` (A B C, B C A, C A B, ...), or
+    every other round runs backwards with ``order="mirror"`` (A B C, C B A).
     """
+    if order not in ("rotate", "mirror"):
+        raise ValueError(f"order must be 'rotate' or 'mirror', not {order!r}")
     k = len(variants)
     for rep in range(repeats):
-        shift = rep % k if (rotate and k) else 0
-        for i in range(k):
-            yield rep, variants[(i + shift) % k]
+        if order == "mirror":
+            round_ = variants if rep % 2 == 0 else variants[::-1]
+        else:
+            round_ = [variants[(i + rep) % k] for i in range(k)]
+        for variant in round_:
+            yield rep, variant
 
 
 # ---- statistics ----------------------------------------------------------

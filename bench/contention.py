@@ -8,13 +8,13 @@ what matters is how much one GIL crossing delivers.
 
 Rows:
 
-* ``synthetic``: the paced synthetic source (``bus.subscribe("bench://", ...,
+* ``synthetic``: the paced synthetic source (``_synthetic_subscribe(bus, ...,
   rate=R, backlog_max=R)``: a bounded one-second queue, the excess is lost) to
   a native delivery thread, the 80-byte map payload decoded and handed to a
   pure-Python target, for several batch sizes.  Latency is the C core's: from
   each message's due time to the end of the deliver call that carried it.
-* ``tcp``: a publisher process (pyzmq if installed, else upcall) offers the
-  same rate over tcp 127.0.0.1 to an upcall subscription on a native thread
+* ``tcp``: the peer process (:mod:`bench.peer`: pyzmq if installed, else
+  upcall) offers the same rate over tcp 127.0.0.1 to an upcall subscription on a native thread
   (default batch), then to the usual pyzmq loop (a Python thread: poll, then
   ``recv(NOBLOCK)`` twice per message, msgspec/msgpack decode, call).  The
   message carries its send time (CLOCK_MONOTONIC ns, shared by processes);
@@ -29,17 +29,17 @@ mean), and latency p50/p99.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
-import struct
-import subprocess
 import sys
-import threading
 import time
 
-from upcall.bench import measure, report
+import upcall
+from upcall._bus import _synthetic_info, _synthetic_subscribe
+
+from bench import measure, report
+from bench.bus import Endpoints, PyzmqLoop
+from bench.peer import PeerProcess, have_pyzmq
+from bench.workload import small_payload
 
 DEFAULT_RATE = 100_000
 DEFAULT_SECONDS = 3.0
@@ -81,11 +81,6 @@ def _pcts(lat_ns) -> tuple[float, float]:
             measure.percentile(xs, 99, presorted=True) / 1e6)
 
 
-def _payload() -> bytes:
-    from upcall.bench.upcalls import small_payload
-    return small_payload()
-
-
 # ---- synthetic rows -----------------------------------------------------------
 
 def synthetic_row(bus, rate: float, seconds: float, batch: int, payload: bytes) -> dict:
@@ -94,16 +89,16 @@ def synthetic_row(bus, rate: float, seconds: float, batch: int, payload: bytes) 
     def target(msg):
         pass
 
-    sub = bus.subscribe("bench://", target, count=count, payload=payload, rate=rate,
-                        batch=batch, backlog_max=int(rate), record_latency=True)
+    sub = _synthetic_subscribe(bus, target, count=count, payload=payload, rate=rate,
+                               backlog_max=int(rate), record_latency=True, batch=batch)
     busy = busy_loop(seconds)
     now = time.monotonic_ns()
-    st, info = sub.stats, sub.synthetic
+    st, info = sub.stats, _synthetic_info(sub)
     offered = min(count, (now - info["start_ns"]) * rate / 1e9)
     delivered_window = st["delivered"]
     window = (now - info["start_ns"]) / 1e9
     sub.wait(60.0)
-    info, st = sub.synthetic, sub.stats
+    info, st = _synthetic_info(sub), sub.stats
     sub.close()
     p50, p99 = _pcts(info["latency_ns"])
     return {"offered_rate": offered / window, "rate": delivered_window / window,
@@ -114,69 +109,8 @@ def synthetic_row(bus, rate: float, seconds: float, batch: int, payload: bytes) 
 
 # ---- tcp rows -------------------------------------------------------------------
 
-def publish(endpoint: str, rate: float, seconds: float) -> int:
-    """The publisher process: connect a PUSH, wait for "go", offer `rate` msgs/s."""
-    from upcall.bench.codec import SMALL_MESSAGE
-    msg = dict(SMALL_MESSAGE)
-    msg["t"] = 2 ** 63                      # packs as uint64: 0xcf + 8 bytes
-    try:
-        import zmq
-        import msgpack
-        packed = bytearray(msgpack.packb(msg))
-        ctx = zmq.Context(1)
-        sock = ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        again, nb, more = zmq.Again, zmq.NOBLOCK, zmq.SNDMORE
-
-        def send(payload):
-            try:
-                sock.send(b"t", nb | more)
-            except again:
-                return False
-            sock.send(payload)
-            return True
-    except ImportError:
-        import upcall
-        packed = bytearray(upcall.packb(msg))
-        bus = upcall.Bus()
-        pub = bus.publisher(endpoint, kind="push", bind=False, linger=0.0)
-
-        def send(payload):
-            try:
-                pub.send_packed(b"t", bytes(payload), timeout=0)
-            except BlockingIOError:
-                return False
-            return True
-    off = bytes(packed).index(b"\xcf\x80\x00\x00\x00\x00\x00\x00\x00") + 1
-    print("ready", flush=True)
-    sys.stdin.readline()
-    total = int(rate * seconds)
-    sent = lost = 0
-    t0 = time.monotonic()
-    mono, pack_into = time.monotonic_ns, struct.pack_into
-    while sent + lost < total:
-        due = min(total, int((time.monotonic() - t0) * rate) + 1)
-        while sent + lost < due:
-            pack_into(">Q", packed, off, mono())
-            if send(packed):
-                sent += 1
-            else:
-                lost += 1
-        time.sleep(0.0005)
-    print(json.dumps({"sent": sent, "lost": lost, "seconds": time.monotonic() - t0}), flush=True)
-    sys.stdin.readline()
-    return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) -> dict:
-    import upcall
+def tcp_row(peer: PeerProcess, endpoint: str, mode: str, rate: float, seconds: float,
+            batch: int | None = None) -> dict:
     lat: list[int] = []
     mono = time.monotonic_ns
     append = lat.append
@@ -184,14 +118,12 @@ def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) ->
     def target(msg):
         append(mono() - msg["t"])
 
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
     bus = loop = None
     if mode == "upcall bus":
         bus = upcall.Bus()
-        sub = bus.subscribe(endpoint, target, kind="pull", bind=True, batch=batch)
+        bus.subscribe(endpoint, target, kind="pull", bind=True, batch=batch)
     else:
         import zmq
-        from upcall.bench.bus import PyzmqLoop
         try:
             import msgspec
             decode = msgspec.msgpack.Decoder().decode
@@ -200,30 +132,19 @@ def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) ->
             decode = msgpack.unpackb
         ctx = zmq.Context(1)
         loop = PyzmqLoop(ctx, endpoint, decode, target)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__)))), env.get("PYTHONPATH", "")] if p)
-    peer = subprocess.Popen([sys.executable, "-m", "upcall.bench.contention", "--publish",
-                             endpoint, str(rate), str(seconds)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
-        assert peer.stdout.readline().strip() == "ready"
+        peer.request(cmd="connect", endpoint=endpoint)
         time.sleep(0.3)                       # the tcp connection is up
-        peer.stdin.write("go\n")
-        peer.stdin.flush()
+        peer.send(cmd="pace", rate=rate, seconds=seconds)
         busy = busy_loop(seconds)
         delivered_window = len(lat)
-        res = json.loads(peer.stdout.readline())
+        res = peer.answer()
         deadline = time.monotonic() + 2.0
         while len(lat) < res["sent"] and time.monotonic() < deadline:
             time.sleep(0.05)
         delivered = len(lat)
-        peer.stdin.write("quit\n")
-        peer.stdin.flush()
-        peer.wait(10)
+        peer.request(cmd="close")
     finally:
-        if peer.poll() is None:
-            peer.kill()
         if bus is not None:
             bus.close()
         if loop is not None:
@@ -240,14 +161,13 @@ def tcp_row(mode: str, rate: float, seconds: float, batch: int | None = None) ->
 # ---- the section ---------------------------------------------------------------
 
 def run(opts) -> list[dict]:
-    import upcall
     rate = opts.contention_rate
     seconds = opts.contention_seconds or (QUICK_SECONDS if opts.quick else DEFAULT_SECONDS)
     batches = [int(b) for b in opts.contention_batches.split(",") if b.strip()]
     if upcall.DEFAULT_BATCH not in batches:
         batches.append(upcall.DEFAULT_BATCH)
     switch_ms = sys.getswitchinterval() * 1e3
-    payload = _payload()
+    payload = small_payload()
     print(f"\n## contention: main thread busy in a pure-Python loop for {seconds:g} s while "
           f"{rate:,.0f} msgs/s are offered; switch interval {switch_ms:g} ms", flush=True)
     measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
@@ -264,20 +184,19 @@ def run(opts) -> list[dict]:
         tcp_batches = [int(b) for b in (opts.contention_tcp_batches or
                                         str(upcall.DEFAULT_BATCH)).split(",") if b.strip()]
         modes = [("upcall bus", b) for b in tcp_batches]
-        try:
-            import zmq  # noqa: F401
+        if have_pyzmq():
             modes.append(("pyzmq loop", 1))
-        except ImportError:
-            pass
-        for mode, b in modes:
-            measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
-            r = tcp_row(mode, rate, seconds, b)
-            name = mode if len(tcp_batches) == 1 or mode != "upcall bus" else f"{mode}, batch {b}"
-            r.update(case="tcp", variant=f"tcp: {name}", mode=mode, target="python",
-                     thread="native" if mode == "upcall bus" else "python (pyzmq)",
-                     gil="adopt" if mode == "upcall bus" else "-",
-                     batch=b, payload="map+t")
-            rows.append(r)
+        endpoints = Endpoints()
+        with PeerProcess() as peer:
+            for mode, b in modes:
+                measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
+                r = tcp_row(peer, endpoints.new("tcp"), mode, rate, seconds, b)
+                name = mode if len(tcp_batches) == 1 or mode != "upcall bus" else f"{mode}, batch {b}"
+                r.update(case="tcp", variant=f"tcp: {name}", mode=mode, target="python",
+                         thread="native" if mode == "upcall bus" else "python (pyzmq)",
+                         gil="adopt" if mode == "upcall bus" else "-",
+                         batch=b, payload="map+t")
+                rows.append(r)
     solo.append(busy_loop(min(seconds, 1.0)))
     solo_rate = sum(solo) / len(solo)
     zmq_rate = next((r["rate"] for r in rows if r["variant"] == "tcp: pyzmq loop"), math.nan)
@@ -305,15 +224,3 @@ def run(opts) -> list[dict]:
         f"(alone: {solo_rate / 1e6:.1f}M loop iterations/s), switch interval {switch_ms:g} ms"))
     return rows
 
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--publish":
-        return publish(argv[1], float(argv[2]), float(argv[3]))
-    print("usage: python -m upcall.bench.contention --publish ENDPOINT RATE SECONDS",
-          file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

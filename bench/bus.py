@@ -16,7 +16,7 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
 it measures:
 
 Throughput (PUSH/PULL, nothing may be lost)
-    A peer process (:mod:`upcall.bench.peer`; for inproc, a publisher thread
+    A peer process (:mod:`bench.peer`; for inproc, a publisher thread
     of this process on the same context) opens a PUSH that *connects* to the
     endpoint with SNDHWM 0 and sends all N messages before anybody listens.
     With zmq a connecting socket gets its pipe at connect time, so the whole
@@ -45,29 +45,26 @@ Round-trip latency
 Variants are interleaved (A B C D E, B C D E A, ...), repeated, and reported
 as median (min-max); before each timed run the machine must be idle
 (``/proc/stat``) and a run disturbed by other processes is redone (see
-:mod:`upcall.bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
+:mod:`bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
 same transport and the same run.
 """
 from __future__ import annotations
 
 import gc
 import itertools
-import json
 import math
 import os
-import select
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from typing import Any, Callable
 
-from upcall.bench import measure, report
-from upcall.bench.peer import (TOPIC, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
-                               ping_zmq, small_payload)
+from bench import measure, report
+from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
+                        ping_zmq)
+from bench.workload import TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
 UPCALL_MODES = ["native", "python_threads", "caller"]
@@ -186,66 +183,6 @@ class Endpoints:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-
-# ---- the peer process ---------------------------------------------------------------
-
-class PeerProcess:
-    """``python -m upcall.bench.peer`` driven by JSON lines."""
-
-    def __init__(self, backend: str | None = None):
-        cmd = [sys.executable, "-m", "upcall.bench.peer"]
-        if backend:
-            cmd += ["--backend", backend]
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1, env=env)
-        self.hello = self._answer(60.0)
-        self.backend = self.hello.get("backend")
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def readable(self, timeout: float = 0.0) -> bool:
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        return bool(r)
-
-    def _answer(self, timeout: float) -> dict:
-        if not self.readable(timeout):
-            raise TimeoutError(f"bench peer gave no answer within {timeout}s")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bench peer exited (status {self.proc.poll()})")
-        return json.loads(line)
-
-    def send(self, **req) -> None:
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-
-    def request(self, timeout: float = 120.0, **req) -> dict:
-        self.send(**req)
-        return self.answer(timeout)
-
-    def answer(self, timeout: float = 120.0) -> dict:
-        res = self._answer(timeout)
-        if not res.get("ok"):
-            raise RuntimeError(f"bench peer: {res.get('error')}")
-        return res
-
-    def close(self) -> None:
-        try:
-            self.request(timeout=10.0, cmd="quit")
-        except Exception:
-            pass
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(10)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
 
 
 # ---- the target -----------------------------------------------------------------
@@ -398,7 +335,7 @@ class FloodRun:
             fn = flood_upcall if self.mode in UPCALL_MODES else flood_zmq
             box = []
             t = threading.Thread(target=lambda: box.append(
-                fn(self.ctx, self.endpoint, n, TOPIC, self.b.payload)), name="bench-flood")
+                fn(self.ctx, self.endpoint, n, self.b.payload)), name="bench-flood")
             t.start()
             t.join()
             if not box:
@@ -514,7 +451,7 @@ class PingRun:
         fn = ping_upcall if self.mode in UPCALL_MODES else ping_zmq
         box: list = []
         t = threading.Thread(target=lambda: box.append(
-            fn(ctx, ping_ep, pong_ep, b.rtt, b.warmup, TOPIC, b.payload)),
+            fn(ctx, ping_ep, pong_ep, b.rtt, b.warmup, b.payload)),
             name="bench-pinger", daemon=True)
         t.start()
         while t.is_alive():
@@ -563,7 +500,7 @@ class BusBench:
 
     def close_peer_flood(self):
         if self.peer_flooding and self.peer is not None:
-            self.peer.request(cmd="close_flood")
+            self.peer.request(cmd="close")
             self.peer_flooding = False
 
     def _stable(self, job) -> tuple[dict, measure.RunInfo]:

@@ -2,7 +2,7 @@
 
 Everything here runs through the real delivery path (the C loop, its thread
 or the caller's, batches, the trampolines, stats) fed by the synthetic source
-``bus.subscribe("bench://", target, count=N, payload=...)``: no zmq, so the
+``_synthetic_subscribe(bus, target, count=N, payload=...)``: no zmq, so the
 figures are the upcall mechanics themselves.  ``rate`` is upcalls per second
 from the start of the first deliver call to the end of the last (the C
 core's clock), so thread start-up is not in it.
@@ -19,12 +19,12 @@ Rows:
 * batch 1 / 64 / 256 on a native thread;
 * native nogil handlers: ``upcall.native.Count`` (nil payload) and
   ``upcall.native.FieldFilter`` over the 80-byte map (selects nothing), no GIL;
-* the 80-byte map payload (``upcall.bench.codec.SMALL_MESSAGE``) instead of nil;
+* the 80-byte map payload (``bench.workload.SMALL_MESSAGE``) instead of nil;
 * the ceiling: a C loop on the calling thread, GIL held, calling the same
-  target (``upcall.handler.call_loop``).
+  target (``upcall.handler._call_loop``).
 
 Variants are interleaved (A B C ..., rotated each repeat), each run waits for
-an idle machine and is redone if disturbed (upcall.bench.measure), figures
+an idle machine and is redone if disturbed (bench.measure), figures
 are median (min-max) of the repeats, ratios are within this run.
 """
 from __future__ import annotations
@@ -34,7 +34,12 @@ import math
 import sys
 import time
 
-from upcall.bench import measure, report
+import upcall
+from upcall._bus import _synthetic_info, _synthetic_subscribe
+from upcall.handler import _call_loop
+
+from bench import measure, report
+from bench.workload import NIL, small_payload
 
 DEFAULT_N = 5_000_000
 QUICK_N = 20_000
@@ -67,16 +72,6 @@ def _noop(msg):
     pass
 
 
-def small_payload() -> bytes:
-    import upcall
-    try:
-        from upcall.bench.codec import SMALL_MESSAGE
-    except ImportError:
-        from upcall.bench.peer import small_message
-        SMALL_MESSAGE = small_message()
-    return bytes(upcall.packb(SMALL_MESSAGE))
-
-
 class Variant:
     """One row: how to run it once and what it is."""
 
@@ -88,7 +83,6 @@ class Variant:
         self.disturbed = 0
 
     def make_target(self):
-        import upcall
         from upcall.handler import Counter
         from upcall.native import Count, FieldFilter
         if self.target == "python":
@@ -102,26 +96,24 @@ class Variant:
         raise ValueError(self.target)
 
     def once(self, bus, payloads) -> float:
-        import upcall
         target = self.make_target()
         if self.kind == "ceiling":
-            from upcall.handler import call_loop
             t0 = time.perf_counter()
-            call_loop(target, self.n, None)
+            _call_loop(target, self.n, None)
             return self.n / (time.perf_counter() - t0)
         kw = dict(count=self.n, payload=payloads[self.payload], batch=self.batch, gil=self.gil)
         if self.thread == "caller":
             kw["delivery"] = "caller"
         elif self.thread == "python_threads":
             kw["thread_factory"] = upcall.python_threads
-        sub = bus.subscribe("bench://", target, **kw)
+        sub = _synthetic_subscribe(bus, target, **kw)
         if self.thread == "caller":
             while not sub.closed:
                 sub.poll(timeout=60.0)
         elif not sub.wait(600.0):
             sub.close()
             raise RuntimeError(f"{self.label}: did not finish")
-        info, stats = sub.synthetic, sub.stats
+        info, stats = _synthetic_info(sub), sub.stats
         sub.close()
         if stats["delivered"] != self.n:
             raise RuntimeError(f"{self.label}: delivered {stats['delivered']} of {self.n}")
@@ -166,11 +158,10 @@ def _find(vs, target, thread, gil="adopt", batch=None, payload="nil", kind="bus"
 
 
 def run(opts) -> list[dict]:
-    import upcall
     n = opts.upcalls_n or (QUICK_N if opts.quick else DEFAULT_N)
     repeats = opts.upcalls_repeats or (1 if opts.quick else DEFAULT_REPEATS)
     default_batch = upcall.DEFAULT_BATCH
-    payloads = {"nil": b"\xc0", "map": small_payload()}
+    payloads = {"nil": NIL, "map": small_payload()}
     idle = opts.upcalls_idle_timeout
     if idle is None:
         idle = 0.5 if opts.quick else 10.0
@@ -291,7 +282,6 @@ def _print(records, n, b):
         rows = [r for r in records if r["case"] == case]
         if rows:
             report.print_table(rows, cols, title=title)
-    ceil = {r["target"]: r for r in records if r["case"] == "ceiling"}
     notes = []
     for r in records:
         if "ratio_ceiling" in r and r["batch"] in (256, b) and r["gil"] == "adopt":
@@ -303,4 +293,3 @@ def _print(records, n, b):
                      f"batch 1, {report.fmt_ratio(r.get('ratio_batch256'))} of batch 256")
     if notes:
         print("\n" + "\n".join(notes), flush=True)
-    del ceil

@@ -11,7 +11,7 @@ and aligns it: text left, numbers right.  Missing values print as ``-``.
 
 Formatting helpers: :func:`fmt_rate` (1.23M), :func:`fmt_num`,
 :func:`fmt_ratio` (3.10x), :func:`fmt_range` (a median with its min-max from
-:class:`upcall.bench.measure.Summary`), :func:`ratio`.
+:class:`bench.measure.Summary`), :func:`ratio`.
 """
 from __future__ import annotations
 

@@ -1,1 +1,0 @@
-"""Benchmark sections of bench_upcalls.py, one module per section."""
