@@ -16,7 +16,7 @@ OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
 THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py tests/test_exit.py \
                 tests/test_reentrancy.py tests/test_backpressure.py
 
-.PHONY: all deps build test test-threads-all bench ctest sanitize fuzz soak clean
+.PHONY: all deps build test test-threads-all bench wheel ctest sanitize fuzz soak clean
 
 all: build
 
@@ -42,7 +42,7 @@ deps: .deps.stamp
 $(VENV)/.installed: pyproject.toml | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10"
-	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot]"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot,dist]"
 	@touch $@
 
 build: $(VENV)/.built
@@ -69,6 +69,13 @@ test-threads-all: build
 
 bench: build
 	$(PY) bench_upcalls.py $(BENCH_ARGS)
+
+# --- distribution files ----------------------------------------------------
+# dist/: the sdist and the self-contained Linux wheel built from it (auditwheel
+# repair bundles libzmq and the libraries it needs, as pyzmq's wheels do);
+# dist/system-libzmq/: the same wheel before repair, loading the system libzmq.
+wheel: $(VENV)/.installed
+	PY=$(PY) tools/build-wheel.sh dist
 
 # --- the C core on its own -------------------------------------------------
 ctest: .deps.stamp
@@ -100,4 +107,4 @@ soak: build
 
 clean:
 	$(MAKE) --no-print-directory -C csrc clean
-	rm -rf build upcall/*.c upcall/*.so upcall/*.html $(VENV)/.built
+	rm -rf build dist upcall/*.c upcall/*.so upcall/*.html $(VENV)/.built

@@ -1,15 +1,35 @@
 """Build the upcall extension modules: Cython bridges over the C core in csrc/.
 
-libzmq is found with pkg-config.  UPCALL_ONLY=upcall._codec (comma separated)
-builds a subset, so parallel work on one module does not rebuild the others.
+Linux only (the C core waits on eventfd).  libzmq is found with pkg-config.
+UPCALL_ONLY=upcall._codec (comma separated) builds a subset, so parallel work
+on one module does not rebuild the others.
+
+A missing source stops the build: a wheel without its extension modules
+installs without complaint and only fails at `import upcall`.
 """
+import filecmp
 import glob
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
 from setuptools import Extension, setup
+
+if not sys.platform.startswith("linux"):
+    sys.exit("upcall: builds and runs on Linux only (this is %s)" % sys.platform)
+
+LIBZMQ_MISSING = """\
+upcall: libzmq not found by pkg-config.  Install libzmq's development files
+and pkg-config (upcall builds and runs on Linux only):
+  Debian, Ubuntu:     sudo apt-get install libzmq3-dev pkg-config
+  Fedora, RHEL:       sudo dnf install zeromq-devel pkgconf-pkg-config
+  Arch:               sudo pacman -S zeromq pkgconf
+  Alpine:             sudo apk add zeromq-dev pkgconf
+  openSUSE:           sudo zypper install zeromq-devel pkg-config
+  Homebrew on Linux:  brew install zeromq pkgconf
+A libzmq installed elsewhere: set PKG_CONFIG_PATH to the directory of its libzmq.pc."""
 
 
 def pkg_config(*args):
@@ -17,23 +37,23 @@ def pkg_config(*args):
         out = subprocess.run(["pkg-config", *args, "libzmq"], check=True,
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        sys.exit("upcall: libzmq not found by pkg-config; install it with: "
-                 "sudo apt-get install libzmq3-dev pkg-config")
+        sys.exit(LIBZMQ_MISSING)
     return shlex.split(out)
 
 
-zmq_cflags = pkg_config("--cflags")
-zmq_libs = pkg_config("--libs")
+def require(paths, what):
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        sys.exit("upcall: %s missing: %s (an incomplete checkout or sdist)"
+                 % (what, ", ".join(missing)))
+
 
 CFLAGS = ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wno-unused-function"]
 
-# The codec modules need the msgpack reader/writer only; the bus module the
-# whole C core (one file per concern: every csrc/*.c).
+# The codec modules need only the msgpack reader/writer; the bus module links
+# the whole C core, every csrc/*.c (the sdist carries the same glob).
 CODEC_C = ["csrc/msgpack.c"]
 CORE_C = sorted(glob.glob("csrc/*.c"))
-_missing = [c for c in CODEC_C if not os.path.isfile(c)] + ([] if CORE_C else ["csrc/*.c"])
-if _missing:
-    sys.exit(f"upcall: C sources missing: {', '.join(_missing)}; is this a complete source tree?")
 
 MODULES = {
     # name: (pyx, C sources, needs zmq)
@@ -42,6 +62,31 @@ MODULES = {
     "upcall.native": ("upcall/native.pyx", CODEC_C, False),
     "upcall._bus": ("upcall/_bus.pyx", CORE_C, True),
 }
+
+only = {n.strip() for n in os.environ.get("UPCALL_ONLY", "").split(",") if n.strip()}
+if only - MODULES.keys():
+    sys.exit("upcall: UPCALL_ONLY names no such module: %s (the modules: %s)"
+             % (", ".join(sorted(only - MODULES.keys())), ", ".join(MODULES)))
+selected = {n: spec for n, spec in MODULES.items() if not only or n in only}
+
+require(CODEC_C, "C sources")
+require([pyx for pyx, _, _ in selected.values()], "Cython sources")
+
+# The headers that the installed .pxd files name (includes/bus.pxd -> "bus.h",
+# includes/python.pxd -> "_compat.h"), copied next to them so that
+# upcall.get_include() is the one directory a user's extension needs.  Copies
+# of headers that no longer exist are removed, so that no wheel ships them.
+PXD_HEADERS = sorted(glob.glob("csrc/*.h")) + ["upcall/_compat.h"]
+require(PXD_HEADERS, "headers")
+_copies = {os.path.join("upcall", "includes", os.path.basename(h)): h for h in PXD_HEADERS}
+for _dst in set(glob.glob("upcall/includes/*.h")) - _copies.keys():
+    os.remove(_dst)
+for _dst, _src in _copies.items():
+    if not os.path.exists(_dst) or not filecmp.cmp(_src, _dst, shallow=False):
+        shutil.copyfile(_src, _dst)
+
+zmq_cflags = pkg_config("--cflags")
+zmq_libs = pkg_config("--libs")
 
 
 def extension(name, pyx, csources, zmq):
@@ -54,26 +99,17 @@ def extension(name, pyx, csources, zmq):
     )
 
 
-only = {n.strip() for n in os.environ.get("UPCALL_ONLY", "").split(",") if n.strip()}
-extensions = [extension(n, *spec) for n, spec in MODULES.items()
-              if (not only or n in only) and os.path.exists(spec[0])]
-
-# The C headers the installed .pxd files name (upcall/includes/bus.pxd ->
-# "bus.h"): shipped as package data so that users' Cython code can cimport
-# upcall with include_dirs=upcall.get_include().
-for _h in ("bus.h", "synth.h", "msgpack.h"):
-    _src, _dst = os.path.join("csrc", _h), os.path.join("upcall", "includes", _h)
-    if os.path.exists(_src) and (not os.path.exists(_dst) or open(_src).read() != open(_dst).read()):
-        with open(_src) as _f, open(_dst, "w") as _g:
-            _g.write(_f.read())
-
 from Cython.Build import cythonize  # noqa: E402  (after the libzmq check)
 
 setup(
     ext_modules=cythonize(
-        extensions,
+        [extension(n, *spec) for n, spec in selected.items()],
         language_level=3,
         compiler_directives={"embedsignature": True, "freethreading_compatible": False},
         annotate=bool(os.environ.get("UPCALL_ANNOTATE")),
     ),
+    # Only the files [tool.setuptools.package-data] lists go into a wheel, not
+    # every file of the sdist that sits in the package (the Cython-generated
+    # .c files, the .pyx and .pxi sources).
+    include_package_data=False,
 )
