@@ -1,0 +1,49 @@
+"""Instructions per delivered message on the delivery hot path, for callgrind.
+
+Instruction counts are stable where seconds are not (a shared 2-vCPU
+machine): run this twice with different N under callgrind and divide the
+difference by the difference in N, so start-up and teardown cancel out.
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+        python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter} N
+
+PYTHONHASHSEED=0: str hashes decide how many probes a dict insert takes, so a
+random seed moves the count of the map cases by about 1%.  The zmq case also
+varies by about 1% with thread interleaving (the sender is in the count too).
+"""
+import sys
+import time
+
+import upcall
+from upcall._bus import _synthetic_subscribe
+from upcall.handler import Counter
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from workload import NIL, small_payload  # noqa: E402
+
+
+def _noop(msg):
+    pass
+
+
+def main(case, kind, n):
+    target = Counter() if kind == "counter" else _noop
+    with upcall.Bus() as bus:
+        if case.startswith("synth"):
+            payload = small_payload() if case == "synth-map" else NIL
+            sub = _synthetic_subscribe(bus, target, count=n, payload=payload, batch=1024)
+            assert sub.wait(timeout=600)
+        else:
+            sub = bus.subscribe("inproc://hotpath", target, kind="pull", bind=True,
+                                batch=1024, rcvhwm=0)
+            pub = bus.publisher("inproc://hotpath", kind="push", bind=False, sndhwm=0)
+            payload = small_payload()
+            for _ in range(n):
+                pub.send_packed(b"t", payload)
+            while sub.stats["delivered"] < n:
+                time.sleep(0.001)
+        assert sub.stats["delivered"] == n, sub.stats
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
