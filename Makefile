@@ -14,7 +14,11 @@ OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.12.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.13.*/bin/python3)
 THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py tests/test_exit.py \
-                tests/test_reentrancy.py tests/test_backpressure.py
+                tests/test_reentrancy.py tests/test_backpressure.py tests/test_lifecycle.py \
+                tests/test_fork.py tests/test_socket_limit.py tests/test_faults_sub.py \
+                tests/test_sigint_sub.py tests/test_stats_invariant.py \
+                tests/test_publisher_threads.py tests/test_publisher_interrupt.py tests/test_aio.py \
+                tests/test_endpoints.py
 
 .PHONY: all deps build test test-threads-all bench wheel ctest sanitize fuzz soak clean
 

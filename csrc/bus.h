@@ -23,9 +23,9 @@
  * by the loop itself when it ends.  `on_exit` is called exactly once on the
  * loop's thread when the loop ends for good (thread mode only), after the
  * last deliver; it is the place to drop per-thread state.  A subscription
- * closed before its factory ran the loop is closed at once (nothing can be
- * delivered) and on_exit runs then, on the closing thread; a late start
- * returns at once.
+ * closed (or freed) before its factory ran the loop is closed at once
+ * (nothing can be delivered) and on_exit runs then, on the closing thread;
+ * a late start returns at once.  A failed open never calls on_exit.
  */
 #ifndef UPCALL_BUS_H
 #define UPCALL_BUS_H
@@ -49,6 +49,7 @@ enum {
     UC_ERR_AGAIN = -7,    /* send: would block (high-water mark) */
     UC_ERR_THREAD = -8,   /* the thread factory failed to start the loop */
     UC_ERR_BUSY = -9,     /* poll on a thread-mode subscription, or poll re-entered */
+    UC_ERR_STOPPING = -10,/* send from inside deliver: its subscription is being closed */
 };
 
 /* A human-readable message for a return code (for UC_ERR_ZMQ/SYS pass errno). */
@@ -73,8 +74,16 @@ typedef struct uc_msg {
 
 /* ---- thread factory --------------------------------------------------- */
 
-/* Arrange for entry(arg) to be called exactly once, on some thread.  Return 0
- * on success; non-zero means the loop will never run (open fails). */
+/* Arrange for entry(arg) to be called once, on some thread.  Return 0 on
+ * success.  Non-zero means the start failed, and may do so at any point:
+ * before arranging the call (entry never comes), or after it (entry runs
+ * now or comes later, at most once).  uc_sub_open then fails with
+ * UC_ERR_THREAD at once, without waiting for entry, and an entry arriving
+ * afterwards returns at once.  `arg` is a ticket, not a pointer to memory
+ * the factory could keep alive or free: the core holds nothing for an entry
+ * that never comes, so a factory owes no clean-up for one it drops (after a
+ * failed start, or after a success when the subscription is closed before
+ * its loop ran). */
 typedef int (*uc_start_fn)(void *factory_ctx, void (*entry)(void *), void *arg);
 
 /* The default factory: a detached pthread. */
@@ -86,11 +95,43 @@ typedef struct uc_bus uc_bus;
 
 /* Create a bus with its own zmq context.  NULL on failure, *err set. */
 uc_bus *uc_bus_new(int io_threads, int *err);
-/* Shut the context down (blocked zmq calls return ETERM, so running loops
- * end) and drop the owner's reference.  The context is terminated, and the
- * bus freed, when the last socket opened on it is closed: here, or later on
- * a loop's thread (a bus closed from inside one of its own callbacks).
- * Publishers and idle caller-mode subscriptions must be closed by the owner. */
+
+/* Sockets: libzmq's context has a fixed number of socket slots
+ * (ZMQ_MAX_SOCKETS, 1023 by default), and terminating a context that still
+ * has inproc connects waiting for a bind opens a socket per waiting connect;
+ * libzmq aborts the process when it cannot.  The bus terminates its context
+ * itself so that it needs one free slot, binds the waiting names one at a
+ * time first, and keeps that slot free: opening a socket that would take it
+ * fails with UC_ERR_SYS, errno EMFILE.  A socket whose inproc connect is
+ * still waiting keeps its slot after it is closed (libzmq frees it only once
+ * the name is bound), so it still counts.
+ *
+ * Set the slot count (2 to libzmq's ZMQ_SOCKET_LIMIT, 65535 with epoll)
+ * before the first socket is opened: UC_OK, or UC_ERR_ARG (out of range, or
+ * sockets were opened already). */
+int uc_bus_set_max_sockets(uc_bus *bus, int max_sockets);
+int uc_bus_max_sockets(const uc_bus *bus);
+
+/* Wake every send blocked on a publisher of this bus and refuse sends from
+ * now on (UC_ERR_ZMQ, errno ETERM: the bus is closed); sockets can still be
+ * closed.  The first step of closing a bus: a target blocked in a send must
+ * return before its subscription can be waited for.  Any thread, any number
+ * of times. */
+void uc_bus_shutdown(uc_bus *bus);
+
+/* Close the bus: the first call drops the owner's reference to the context
+ * (no socket may be opened after it), then each call waits up to timeout_ms
+ * (< 0: no limit) for the context to be terminated, which happens once the
+ * last socket opened on it is closed and every publisher has lingered: at
+ * once, or later on a loop's thread (a bus closed from inside one of its own
+ * callbacks).  Termination runs on a thread of its own when it may wait
+ * (lingering publishers, inproc connects to bind), so that this wait can be
+ * sliced.  UC_OK once terminated, else UC_ERR_TIMEOUT.  The owner closes its
+ * subscriptions and publishers first: they hold the context. */
+int uc_bus_close(uc_bus *bus, int timeout_ms);
+
+/* Release the owner's handle: shut down and close without waiting if not
+ * done yet; the context ends in the background, and the memory with it. */
 void uc_bus_free(uc_bus *bus);
 void *uc_bus_zmq_context(uc_bus *bus);
 
@@ -105,22 +146,63 @@ typedef struct uc_curve {
     int server;             /* act as the CURVE server */
 } uc_curve;
 
+/* ---- socket options ---------------------------------------------------- */
+
+/* A libzmq int socket option for deployments (ZMQ_HEARTBEAT_IVL,
+ * ZMQ_TCP_KEEPALIVE, ZMQ_RECONNECT_IVL, ZMQ_IMMEDIATE, ...), set at open
+ * before the socket binds or connects, after the core's own; libzmq checks
+ * the value (UC_ERR_ZMQ, EINVAL).  The options the core sets or relies on
+ * are refused with UC_ERR_ARG (uc_sockopt_reserved). */
+typedef struct uc_sockopt {
+    int option;        /* ZMQ_* */
+    int value;
+} uc_sockopt;
+
+/* 1 for an option the core sets itself or depends on: ZMQ_LINGER,
+ * ZMQ_RCVHWM, ZMQ_SNDHWM, ZMQ_MAXMSGSIZE, the CURVE keys and role,
+ * ZMQ_SUBSCRIBE, ZMQ_UNSUBSCRIBE, ZMQ_CONFLATE (it breaks multipart
+ * messages). */
+int uc_sockopt_reserved(int option);
+
 /* ---- subscriptions ---------------------------------------------------- */
 
 typedef enum { UC_SUB = 1, UC_PULL = 2 } uc_sub_kind;
 typedef enum { UC_PUB = 1, UC_PUSH = 2 } uc_pub_kind;
 
+/* What deliver returns. */
+enum {
+    UC_DELIVER_MORE = 0,   /* go on */
+    UC_DELIVER_STOP = 1,   /* end the subscription, as if closed (any other value too) */
+    UC_DELIVER_PAUSE = 2,  /* return from the loop now: uc_sub_poll returns (a
+                            * thread-mode loop goes on at once) */
+};
+
 /* Called on the loop thread with n >= 1 messages, never before uc_sub_open
- * has returned the handle.  Return 0 to go on,
- * non-zero to stop the loop (the subscription then ends as if closed). */
-typedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n);
+ * has returned the handle.  *consumed is n on entry: a call that took only
+ * a prefix of the batch (a target interrupted half-way) lowers it to the
+ * number taken.  The messages not taken stay held by the core, frames and
+ * all, and are handed over again first, alone (no newer message in the same
+ * call, possibly in several calls when max_messages asks), by the next call:
+ * at once after UC_DELIVER_MORE, by the next uc_sub_poll after
+ * UC_DELIVER_PAUSE.  After UC_DELIVER_STOP they are counted in `dropped`,
+ * and so are those still held when the subscription ends. */
+typedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n, size_t *consumed);
 typedef void (*uc_exit_fn)(void *ctx);
 
 typedef struct uc_sub_opts {
     uc_sub_kind kind;
+    /* Where: one endpoint, or (endpoint NULL) the n_endpoints endpoints in
+     * `endpoints`.  One socket serves them all (ZeroMQ sockets connect or
+     * bind to many): one loop, one thread, messages fair-queued between the
+     * peers.  bind applies to each. */
     const char *endpoint;
+    const char *const *endpoints;
+    size_t n_endpoints;
+    size_t *failed_endpoint;      /* may be NULL: on a bind/connect failure, the
+                                     index of the endpoint that failed */
     int bind;                     /* bind instead of connect */
-    const uc_frame *topics;       /* SUB prefixes; n_topics == 0: no filter (all) */
+    const uc_frame *topics;       /* SUB prefixes ("" matches all); none (n_topics
+                                     0): nothing until uc_sub_subscribe */
     size_t n_topics;
     size_t batch;                 /* most messages per deliver call, >= 1 */
     int rcvhwm;                   /* ZMQ_RCVHWM; < 0 keeps zmq's default */
@@ -132,22 +214,31 @@ typedef struct uc_sub_opts {
     uc_start_fn start;
     void *start_ctx;
     uc_curve curve;               /* all zero: a plain endpoint */
+    const uc_sockopt *sockopts;   /* more libzmq options, n_sockopts of them */
+    size_t n_sockopts;
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;
 
+/* Every message received ends in exactly one of delivered, filtered,
+ * decode_errors, callback_errors and dropped, so that once no batch is out
+ * (and none is held, see uc_deliver_fn) received is their sum.  The core
+ * counts received, batches and dropped; the layer above the others. */
 typedef struct uc_stats {
-    uint64_t received;         /* messages taken from zmq */
+    uint64_t received;         /* messages taken from the source */
     uint64_t delivered;        /* handed to the target without error */
     uint64_t batches;          /* deliver calls */
     uint64_t decode_errors;
     uint64_t callback_errors;
-    uint64_t dropped;          /* seen by the core and not delivered */
+    uint64_t dropped;          /* taken and never handed over (a stop, a close) */
+    uint64_t filtered;         /* examined and passed over on purpose (a native handler) */
 } uc_stats;
 
 typedef enum {
     UC_STAT_RECEIVED, UC_STAT_DELIVERED, UC_STAT_BATCHES,
-    UC_STAT_DECODE_ERRORS, UC_STAT_CALLBACK_ERRORS, UC_STAT_DROPPED
+    UC_STAT_DECODE_ERRORS, UC_STAT_CALLBACK_ERRORS, UC_STAT_DROPPED,
+    UC_STAT_FILTERED,
+    UC_STAT_COUNT              /* not a counter: how many there are */
 } uc_stat_id;
 
 /* Open the socket, subscribe, bind/connect; in thread mode start the loop.
@@ -155,9 +246,9 @@ typedef enum {
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err);
 
 /* Caller mode: run the loop on this thread until timeout_ms passes (< 0:
- * no limit), max_messages have been handed to deliver (0: no limit), deliver
- * returns non-zero, or the subscription is closed.  *delivered (may be NULL)
- * gets the number of messages handed to deliver.  Returns UC_OK, or
+ * no limit), deliver has taken max_messages (0: no limit), deliver returns
+ * UC_DELIVER_PAUSE or STOP, or the subscription is closed.  *delivered (may
+ * be NULL) gets the number of messages deliver took.  Returns UC_OK, or
  * UC_ERR_CLOSED once the subscription has been stopped, UC_ERR_BUSY for a
  * thread-mode subscription or when another poll runs. */
 int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered);
@@ -186,8 +277,40 @@ void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);
 int uc_sub_wait(uc_sub *sub, int timeout_ms);
 
 /* The endpoint as resolved at open (ZMQ_LAST_ENDPOINT, e.g. the port picked
- * for "tcp://127.0.0.1:*").  Valid until uc_sub_free; any thread. */
+ * for "tcp://127.0.0.1:*"); the first one for a subscription on several.
+ * Valid until uc_sub_free; any thread. */
 const char *uc_sub_last_endpoint(const uc_sub *sub);
+/* The i-th endpoint (in the order given at open) as resolved; NULL past the
+ * last one.  Valid until uc_sub_free; any thread. */
+const char *uc_sub_endpoint(const uc_sub *sub, size_t i);
+
+/* ---- topics at run time (SUB) ----------------------------------------- */
+
+/* Add (uc_sub_subscribe) or remove (uc_sub_unsubscribe) a topic prefix of a
+ * running SUB subscription: ZMQ_SUBSCRIBE / ZMQ_UNSUBSCRIBE, with their
+ * counting (a prefix added twice is removed by two calls).  A zmq socket
+ * must only be used by its owner, so the owner makes the change: at once
+ * when that is the caller (inside deliver; caller mode while no poll runs;
+ * thread mode before the loop has started), else the change is queued and
+ * the loop woken, and the loop makes it before it takes its next batch.
+ * Changes are made in the order of these calls.  *ticket (may be NULL)
+ * names the change for uc_sub_wait_topics.  UC_OK (made or queued),
+ * UC_ERR_ARG (not a SUB socket, or topic NULL with size > 0),
+ * UC_ERR_CLOSED, UC_ERR_NOMEM.
+ * As with any SUB socket, a publisher learns of an added prefix
+ * asynchronously (its messages arrive some time after); a removed prefix is
+ * filtered by the socket itself from the moment the change is made (only
+ * the batch being delivered then may still hold its messages). */
+int uc_sub_subscribe(uc_sub *sub, const void *topic, size_t size, uint64_t *ticket);
+int uc_sub_unsubscribe(uc_sub *sub, const void *topic, size_t size, uint64_t *ticket);
+
+/* Wait up to timeout_ms (< 0: no limit) until the change `ticket`, and
+ * every one before it, has been made.  UC_OK; UC_ERR_TIMEOUT (the loop is
+ * still busy in deliver: the change stays queued and will be made);
+ * UC_ERR_CLOSED (the subscription stopped first: it will not be);
+ * UC_ERR_ARG (not a SUB socket, or a ticket never given).  Inside deliver
+ * (where changes are made at once) UC_OK at once. */
+int uc_sub_wait_topics(uc_sub *sub, uint64_t ticket, int timeout_ms);
 
 /* ---- publishers ------------------------------------------------------- */
 
@@ -198,6 +321,8 @@ typedef struct uc_pub_opts {
     int sndhwm;                   /* ZMQ_SNDHWM; < 0 keeps zmq's default */
     int linger_ms;                /* ZMQ_LINGER at close */
     uc_curve curve;               /* all zero: a plain endpoint */
+    const uc_sockopt *sockopts;   /* more libzmq options, n_sockopts of them */
+    size_t n_sockopts;
 } uc_pub_opts;
 
 typedef struct uc_pub uc_pub;
@@ -206,14 +331,29 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err);
 
 /* Send [topic, payload] (topic may be empty: still sent as its own frame).
  * Thread-safe (a mutex serialises senders).  timeout_ms: 0 = never block
- * (UC_ERR_AGAIN at the high-water mark), < 0 = block until sent. */
+ * (UC_ERR_AGAIN at the high-water mark), < 0 = block until sent.  A blocked
+ * send wakes when the publisher is shut down (UC_ERR_CLOSED), when its bus
+ * is (UC_ERR_ZMQ, errno ETERM), and, called from inside deliver, when that
+ * subscription is being closed (UC_ERR_STOPPING): a target blocked in a send
+ * never keeps its own subscription or bus from closing. */
 int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
                 const void *payload, size_t payload_len, int timeout_ms);
+
+/* Send [topic, payload] only if that can be done at once, without waiting
+ * even for another sender's turn: UC_ERR_AGAIN at the high-water mark or
+ * while another thread is sending (it may be blocked at the mark).  For an
+ * event loop, which must never block; it retries later. */
+int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
+                    const void *payload, size_t payload_len);
 
 /* Make every send, one blocked now or one to come, return UC_ERR_CLOSED;
  * the publisher stays valid until uc_pub_close.  For closing while other
  * threads may still be about to call uc_pub_send. */
 void uc_pub_shutdown(uc_pub *pub);
+
+/* Linger at most max_ms (>= 0) once closed, whatever linger_ms said: for a
+ * close that must end by a deadline.  Any thread, before uc_pub_close. */
+void uc_pub_cap_linger(uc_pub *pub, int max_ms);
 
 /* Close the socket (lingering up to linger_ms) and free.  No uc_pub_send may
  * run or start concurrently (uc_pub_shutdown first, then wait for them). */

@@ -1,7 +1,11 @@
 /* Publishers: a PUB or PUSH socket shared by any number of sending threads
- * (a mutex serialises them: zmq sockets are single-threaded), with an
- * eventfd that wakes a sender blocked at the high-water mark when the
- * publisher is shut down. */
+ * (a mutex serialises them: zmq sockets are single-threaded).  A sender
+ * blocked at the high-water mark waits in zmq_poll on the socket and on
+ * whatever may have to interrupt it: the publisher's eventfd (shut down),
+ * the bus's (closing), and, when the send is made from inside a target, the
+ * eventfd of that target's subscription (being closed).  Without the last
+ * two, closing a subscription or a bus would wait for a target that waits
+ * for a peer. */
 #define _GNU_SOURCE
 #include "bus_impl.h"
 
@@ -14,14 +18,16 @@
 #include <zmq.h>
 
 #include "sockopt.h"
+#include "sub_impl.h"
 #include "util.h"
 
 struct uc_pub {
     uc_bus *bus;        /* referenced while the socket is open */
+    uc_bus_sock bs;     /* what the bus knows of our endpoint */
     void *sock;
     int efd;            /* wakes a sender blocked at the HWM when closing */
     atomic_int closing;
-    int linger_ms;
+    atomic_int linger_ms; /* ZMQ_LINGER at close (uc_pub_cap_linger may lower it) */
     pthread_mutex_t mu; /* serialises senders: zmq sockets are single-threaded */
     char last_endpoint[UC_ENDPOINT_MAX];
 };
@@ -31,7 +37,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
     int dummy, e;
     if (!err)
         err = &dummy;
-    if (!bus || !o || !o->endpoint || (o->kind != UC_PUB && o->kind != UC_PUSH)) {
+    if (!bus || !o || !o->endpoint || (o->kind != UC_PUB && o->kind != UC_PUSH)
+        || !uc_sock_options_allowed(o->sockopts, o->n_sockopts)) {
         *err = UC_ERR_ARG;
         return NULL;
     }
@@ -40,7 +47,7 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         *err = UC_ERR_NOMEM;
         return NULL;
     }
-    p->linger_ms = o->linger_ms;
+    atomic_init(&p->linger_ms, o->linger_ms);
     if ((e = pthread_mutex_init(&p->mu, NULL)) != 0) {
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
@@ -52,29 +59,33 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
     }
-    p->sock = zmq_socket(uc_bus_zmq_context(bus), o->kind == UC_PUB ? ZMQ_PUB : ZMQ_PUSH);
-    int fail = !p->sock;
-    if (p->sock) {
+    int code = uc_bus_sock_open(bus);
+    if (code == UC_OK) {
         p->bus = bus;
-        uc_bus_retain(bus);
-    }
-    if (!fail)
+        code = UC_ERR_ZMQ;
+        p->sock = zmq_socket(uc_bus_zmq_context(bus), o->kind == UC_PUB ? ZMQ_PUB : ZMQ_PUSH);
         /* Linger is set now too: if the process terminates the context
          * without closing us, it should not wait longer than asked. */
-        fail = uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
-            || (o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
-            || uc_sock_set_curve(p->sock, &o->curve)
-            || uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint);
-    if (fail) {
+        if (p->sock
+            && !uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
+            && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
+            && !uc_sock_set_curve(p->sock, &o->curve)
+            && !uc_sock_set_options(p->sock, o->sockopts, o->n_sockopts)
+            && !uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint))
+            code = uc_bus_sock_attached(bus, &p->bs, p->last_endpoint, o->bind);
+    }
+    if (code != UC_OK) {
         e = errno;
-        if (p->sock) {
-            zmq_close(p->sock);
+        if (p->bus) {
+            uc_bus_sock_closing(bus, &p->bs, &(const char *){p->last_endpoint}, 1, 0);
+            if (p->sock)
+                zmq_close(p->sock);
             uc_bus_release(bus);
         }
         close(p->efd);
         pthread_mutex_destroy(&p->mu);
         free(p);
-        return uc_open_failed(err, UC_ERR_ZMQ, e);
+        return uc_open_failed(err, code, e);
     }
     *err = UC_OK;
     return p;
@@ -88,52 +99,105 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
     return rc;
 }
 
-int uc_pub_send(uc_pub *p, const void *topic, size_t topic_len,
-                const void *payload, size_t payload_len, int timeout_ms)
+/* The body of a send, with the senders' mutex held.  caller_sub is the
+ * subscription whose deliver we run inside (NULL if none): its close must be
+ * able to interrupt us (its loop cannot end before we return).  A wake-up
+ * meant for that loop that we consume sets *took_loop_wake: the caller gives
+ * it back once the mutex is released. */
+static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
+                       const void *payload, size_t payload_len, int timeout_ms,
+                       uc_sub *caller_sub, int *took_loop_wake)
 {
-    if (!p || (!topic && topic_len) || (!payload && payload_len))
-        return UC_ERR_ARG;
-    if (!topic)
-        topic = "";
-    if (!payload)
-        payload = "";
-    pthread_mutex_lock(&p->mu);
-    int rc = UC_OK;
     struct timespec deadline;
     if (timeout_ms > 0)
         uc_deadline_after(&deadline, timeout_ms);
     for (;;) {
-        if (atomic_load_explicit(&p->closing, memory_order_relaxed)) {
-            rc = UC_ERR_CLOSED;
-            goto out;
+        if (uc_bus_closing(p->bus)) {
+            /* What zmq says of a socket in a terminated context (checked
+             * first: closing a bus shuts its publishers down too). */
+            errno = ETERM;
+            return UC_ERR_ZMQ;
         }
+        if (atomic_load_explicit(&p->closing, memory_order_relaxed))
+            return UC_ERR_CLOSED;
         /* Always try without blocking first; only a full pipe waits, and it
-         * waits in zmq_poll with the eventfd so that close can interrupt it. */
+         * waits in zmq_poll with the eventfds so that closing interrupts it. */
         if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
             break;
-        if (errno != EAGAIN) {
-            rc = UC_ERR_ZMQ;
-            goto out;
-        }
+        if (errno != EAGAIN)
+            return UC_ERR_ZMQ;
+        if (caller_sub && uc_sub_stopping(caller_sub))
+            return UC_ERR_STOPPING;
         long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
-        if (wait == 0) {
-            rc = UC_ERR_AGAIN;
-            goto out;
-        }
-        zmq_pollitem_t items[2] = {
+        if (wait == 0)
+            return UC_ERR_AGAIN;
+        zmq_pollitem_t items[4] = {
             {.socket = p->sock, .events = ZMQ_POLLOUT},
             {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
+            {.socket = NULL, .fd = uc_bus_closing_fd(p->bus), .events = ZMQ_POLLIN},
+            {.socket = NULL, .fd = caller_sub ? caller_sub->efd : -1, .events = ZMQ_POLLIN},
         };
-        if (zmq_poll(items, 2, wait) < 0 && errno != EINTR) {
-            rc = UC_ERR_ZMQ;
-            goto out;
+        if (zmq_poll(items, caller_sub ? 4 : 3, wait) < 0 && errno != EINTR)
+            return UC_ERR_ZMQ;
+        if (caller_sub && (items[3].revents & ZMQ_POLLIN) && !uc_sub_stopping(caller_sub)) {
+            /* A wake-up meant for the loop (uc_sub_wake), which cannot look
+             * while we run inside its deliver: take it so as not to spin on
+             * it, and give it back before returning. */
+            uc_efd_drain(caller_sub->efd);
+            *took_loop_wake = 1;
         }
     }
     /* The HWM is checked on a message's first frame only: once it is
      * accepted the rest of the message goes through without blocking. */
     if (send_retry(p->sock, payload, payload_len, 0) < 0)
-        rc = UC_ERR_ZMQ;
-out:;
+        return UC_ERR_ZMQ;
+    return UC_OK;
+}
+
+static int check_send_args(uc_pub *p, const void **topic, size_t topic_len,
+                           const void **payload, size_t payload_len)
+{
+    if (!p || (!*topic && topic_len) || (!*payload && payload_len))
+        return UC_ERR_ARG;
+    if (!*topic)
+        *topic = "";
+    if (!*payload)
+        *payload = "";
+    return UC_OK;
+}
+
+int uc_pub_send(uc_pub *p, const void *topic, size_t topic_len,
+                const void *payload, size_t payload_len, int timeout_ms)
+{
+    int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
+    if (rc != UC_OK)
+        return rc;
+    uc_sub *caller_sub = uc_sub_current();
+    int took_loop_wake = 0;
+    pthread_mutex_lock(&p->mu);
+    rc = send_locked(p, topic, topic_len, payload, payload_len, timeout_ms,
+                     caller_sub, &took_loop_wake);
+    int e = errno;
+    pthread_mutex_unlock(&p->mu);
+    if (took_loop_wake)
+        uc_efd_signal(caller_sub->efd);
+    errno = e;
+    return rc;
+}
+
+int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
+                    const void *payload, size_t payload_len)
+{
+    int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
+    if (rc != UC_OK)
+        return rc;
+    /* Another sender holds the socket, perhaps blocked at the high-water
+     * mark for as long as it takes: that is "not now" too. */
+    if (pthread_mutex_trylock(&p->mu) != 0)
+        return UC_ERR_AGAIN;
+    /* It never waits, so it never needs to consume a loop's wake-up. */
+    int unused = 0;
+    rc = send_locked(p, topic, topic_len, payload, payload_len, 0, NULL, &unused);
     int e = errno;
     pthread_mutex_unlock(&p->mu);
     errno = e;
@@ -148,6 +212,17 @@ void uc_pub_shutdown(uc_pub *p)
     uc_efd_signal(p->efd);
 }
 
+void uc_pub_cap_linger(uc_pub *p, int max_ms)
+{
+    if (!p || max_ms < 0)
+        return;
+    int cur = atomic_load_explicit(&p->linger_ms, memory_order_relaxed);
+    while ((cur < 0 || cur > max_ms)
+           && !atomic_compare_exchange_weak_explicit(&p->linger_ms, &cur, max_ms,
+                                                     memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
 void uc_pub_close(uc_pub *p)
 {
     if (!p)
@@ -155,7 +230,9 @@ void uc_pub_close(uc_pub *p)
     uc_pub_shutdown(p);
     /* Wait for a sender in progress (the blocked one was just woken). */
     pthread_mutex_lock(&p->mu);
-    uc_sock_set_int(p->sock, ZMQ_LINGER, p->linger_ms);
+    int linger_ms = atomic_load_explicit(&p->linger_ms, memory_order_relaxed);
+    uc_bus_sock_closing(p->bus, &p->bs, &(const char *){p->last_endpoint}, 1, linger_ms);
+    uc_sock_set_int(p->sock, ZMQ_LINGER, linger_ms);
     zmq_close(p->sock);
     p->sock = NULL;
     pthread_mutex_unlock(&p->mu);

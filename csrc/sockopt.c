@@ -27,6 +27,44 @@ int uc_sock_set_curve(void *sock, const uc_curve *c)
     return 0;
 }
 
+int uc_sockopt_reserved(int option)
+{
+    switch (option) {
+    case ZMQ_LINGER:
+    case ZMQ_RCVHWM:
+    case ZMQ_SNDHWM:
+    case ZMQ_MAXMSGSIZE:
+    case ZMQ_CURVE_SERVER:
+    case ZMQ_CURVE_PUBLICKEY:
+    case ZMQ_CURVE_SECRETKEY:
+    case ZMQ_CURVE_SERVERKEY:
+    case ZMQ_SUBSCRIBE:
+    case ZMQ_UNSUBSCRIBE:
+    case ZMQ_CONFLATE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int uc_sock_options_allowed(const uc_sockopt *opts, size_t n)
+{
+    if (n && !opts)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (uc_sockopt_reserved(opts[i].option))
+            return 0;
+    return 1;
+}
+
+int uc_sock_set_options(void *sock, const uc_sockopt *opts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (uc_sock_set_int(sock, opts[i].option, opts[i].value))
+            return -1;
+    return 0;
+}
+
 int uc_sock_attach(void *sock, const char *endpoint, int bind, char *last)
 {
     if ((bind ? zmq_bind(sock, endpoint) : zmq_connect(sock, endpoint)) != 0)

@@ -5,24 +5,29 @@
  *
  * States
  * ------
- *  opening   the source is set up; in thread mode the factory has been asked
- *            to run the loop, which waits for `opened` (set once the open
- *            function is about to return the handle) before it delivers.
+ *  opening   the source is set up; in thread mode the subscription is on
+ *            the pending list and the factory has been asked to run the
+ *            loop, which takes it off the list and waits for open_state to
+ *            leave UC_OPENING (UC_OPENED once the open function is about to
+ *            return the handle, UC_OPEN_FAILED if the factory failed) before
+ *            it touches the source.
  *  running   one thread owns the source: the loop's thread in thread mode
- *            (from `started`: the factory's start is the barrier), the
- *            polling thread in caller mode (`polling`, handed over under mu).
+ *            (once open_state is UC_OPENED), the polling thread in caller
+ *            mode (`polling`, handed over under mu).
  *  stopping  `stop` is set (close, free, deliver returning non-zero, the
  *            source ran out, ETERM); the loop ends at its next check.  Close
  *            and free also signal the eventfd to wake a waiting loop.
  *  finished  the source's owner has finalized it (the socket is closed) and
  *            set `finished` under mu, waking every waiter.  Thread mode: the
- *            loop's thread, after on_exit; or close, when the factory has
- *            not run the loop yet.  Caller mode: the poll that sees the stop,
- *            or close/free when no poll runs.
+ *            loop's thread, after on_exit; or close/free, when they take the
+ *            subscription off the pending list before the loop's entry did.
+ *            Caller mode: the poll that sees the stop, or close/free when no
+ *            poll runs.
  *  freed     the last reference is dropped: the owner's (uc_sub_free) and
  *            the running loop's or poll's, in either order.  That is what
  *            lets uc_sub_free run before the loop has ended, including from
- *            inside deliver.
+ *            inside deliver.  Whoever takes a subscription off the pending
+ *            list drops the loop's reference if the loop never got it.
  */
 #define _GNU_SOURCE
 #include "sub_impl.h"
@@ -39,11 +44,19 @@
  * typo does not allocate gigabytes. */
 #define UC_MAX_BATCH ((size_t)1 << 20)
 
+/* open_state (thread mode): what the loop's entry waits for. */
+enum { UC_OPENING = 0, UC_OPENED, UC_OPEN_FAILED };
+
 /* The subscription whose loop runs on this thread (set for the whole loop in
  * thread mode, including on_exit; for the duration of uc_sub_poll in caller
  * mode).  uc_sub_close/uc_sub_free compare against it to recognise a call
  * from inside deliver, where waiting for the loop would wait for ourselves. */
 static _Thread_local const uc_sub *uc_current;
+
+uc_sub *uc_sub_current(void)
+{
+    return (uc_sub *)uc_current;
+}
 
 /* ---- references ------------------------------------------------------- */
 
@@ -68,6 +81,73 @@ void uc_sub_discard(uc_sub *s)
 {
     s->ops->finalize(s);
     sub_destroy(s);
+}
+
+/* ---- loops waiting for their thread ----------------------------------- */
+
+/* A thread factory gets a ticket, not the subscription: its entry may come
+ * late, or after a failed start, when the subscription may be gone (bus.h,
+ * uc_start_fn).  Until the entry takes its subscription off this list, the
+ * subscription is pending; whoever takes it off first owns the loop's
+ * reference: the entry (the loop runs), or a failed start, close or free
+ * (the loop never runs; a later entry finds nothing and returns).  Tickets
+ * never repeat (a 32-bit counter would take 4 billion subscriptions to
+ * wrap), so a stale entry cannot take a newer subscription.  The list holds
+ * only loops not started yet: a scan is short. */
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static uc_sub *pending_head;
+static uintptr_t pending_last_ticket;
+
+static void pending_add(uc_sub *s)
+{
+    pthread_mutex_lock(&pending_mu);
+    s->ticket = ++pending_last_ticket;
+    s->pending_prev = NULL;
+    s->pending_next = pending_head;
+    if (pending_head)
+        pending_head->pending_prev = s;
+    pending_head = s;
+    s->pending = 1;
+    pthread_mutex_unlock(&pending_mu);
+}
+
+/* Under pending_mu. */
+static void pending_unlink(uc_sub *s)
+{
+    if (s->pending_prev)
+        s->pending_prev->pending_next = s->pending_next;
+    else
+        pending_head = s->pending_next;
+    if (s->pending_next)
+        s->pending_next->pending_prev = s->pending_prev;
+    s->pending_prev = s->pending_next = NULL;
+    s->pending = 0;
+}
+
+/* Take s off the list: 1 if it was still there (its entry will never get
+ * it), 0 if the entry took it first. */
+static int pending_remove(uc_sub *s)
+{
+    pthread_mutex_lock(&pending_mu);
+    int was = s->pending;
+    if (was)
+        pending_unlink(s);
+    pthread_mutex_unlock(&pending_mu);
+    return was;
+}
+
+/* The entry's side: the subscription of this ticket, taken off the list, or
+ * NULL if nobody waits for it any more. */
+static uc_sub *pending_take(uintptr_t ticket)
+{
+    pthread_mutex_lock(&pending_mu);
+    uc_sub *s = pending_head;
+    while (s && s->ticket != ticket)
+        s = s->pending_next;
+    if (s)
+        pending_unlink(s);
+    pthread_mutex_unlock(&pending_mu);
+    return s;
 }
 
 /* ---- the latch -------------------------------------------------------- */
@@ -155,28 +235,32 @@ uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub
     return s;
 }
 
-/* Thread mode: the entry handed to the thread factory. */
+/* Thread mode: the entry handed to the thread factory, with a ticket. */
 static void loop_entry(void *arg)
 {
-    uc_sub *s = arg;
+    uc_sub *s = pending_take((uintptr_t)arg);
+    if (!s)
+        return; /* a late start: the open failed, or close/free ended it */
     /* A factory may run us before the open function has returned (a Python
      * thread started while the opener waits): deliver only once the caller
      * holds the handle, so that a target can always use it (stats, close). */
     pthread_mutex_lock(&s->mu);
-    while (!s->opened)
+    while (s->open_state == UC_OPENING)
         pthread_cond_wait(&s->cv, &s->mu);
-    int closed_before_start = atomic_load_explicit(&s->finished, memory_order_relaxed);
-    s->started = 1;
+    int opened = s->open_state == UC_OPENED;
+    s->started = opened;
     pthread_mutex_unlock(&s->mu);
-    if (closed_before_start) {
-        /* A late start (e.g. a saturated pool): uc_sub_close already closed
-         * the source and ran on_exit.  Nothing is owed but our reference. */
+    if (!opened) {
+        /* The factory failed after running us: the opener finalized the
+         * source, and on_exit is not owed.  Only our reference is. */
         sub_release(s);
         return;
     }
     const uc_sub *prev = uc_current;
     uc_current = s;
-    s->ops->run(s, -1, 0);
+    /* A run returns early when deliver pauses; only a stop ends the loop. */
+    while (!uc_sub_stopping(s))
+        s->ops->run(s, -1, 0);
     /* The source is closed before on_exit, finished is set after it: a
      * close that returns has seen on_exit run, so ctx is free to go. */
     s->ops->finalize(s);
@@ -190,19 +274,40 @@ static void loop_entry(void *arg)
     sub_release(s);
 }
 
+/* Thread mode: a failed start (bus.h, uc_start_fn).  The entry may have
+ * run already, may come later or never; it has not touched the source in
+ * any case (it waits for open_state), so the source is still ours. */
+static void start_failed(uc_sub *s)
+{
+    if (pending_remove(s)) {
+        /* The entry never got it, and a late one finds nothing: both
+         * references are ours. */
+        uc_sub_discard(s);
+        return;
+    }
+    /* The entry holds the loop's reference and waits: close the source here
+     * (so that the open fails with everything released), then tell it. */
+    s->ops->finalize(s);
+    pthread_mutex_lock(&s->mu);
+    s->open_state = UC_OPEN_FAILED;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    sub_release(s);
+}
+
 uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
 {
     if (s->thread_mode) {
         /* The loop's reference is taken before it can possibly run. */
         atomic_store_explicit(&s->refs, 2, memory_order_relaxed);
-        if (o->start(o->start_ctx, loop_entry, s) != 0) {
-            /* Contract: a failed start means entry never runs. */
-            uc_sub_discard(s);
+        pending_add(s);
+        if (o->start(o->start_ctx, loop_entry, (void *)s->ticket) != 0) {
+            start_failed(s);
             *err = UC_ERR_THREAD;
             return NULL;
         }
         pthread_mutex_lock(&s->mu);
-        s->opened = 1;
+        s->open_state = UC_OPENED;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     } else {
@@ -210,6 +315,21 @@ uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
     }
     *err = UC_OK;
     return s;
+}
+
+/* ---- handing batches over --------------------------------------------- */
+
+int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken)
+{
+    size_t took = n;
+    /* Relaxed: statistics, not synchronisation. */
+    atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
+    int verdict = s->deliver(s->ctx, batch, n, &took);
+    *taken = took < n ? took : n;
+    if (verdict == UC_DELIVER_MORE || verdict == UC_DELIVER_PAUSE)
+        return verdict;
+    uc_sub_end_loop(s);
+    return UC_DELIVER_STOP;
 }
 
 /* ---- caller mode ------------------------------------------------------ */
@@ -257,6 +377,28 @@ int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivere
 
 /* ---- stop, wait, free ------------------------------------------------- */
 
+/* Thread mode: if the factory has not run the loop yet (it may never), end
+ * the subscription here instead of waiting for it: nothing can be delivered.
+ * The source is idle and ours; on_exit runs here, so that ctx is not needed
+ * after close returns; the loop's reference is dropped, and a late entry
+ * finds nothing.  1 if it did, 0 if the loop has its subscription. */
+static int end_before_start(uc_sub *s)
+{
+    if (!s->thread_mode || !pending_remove(s))
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    sub_finish(s);
+    pthread_mutex_unlock(&s->mu);
+    if (s->on_exit) {
+        const uc_sub *prev = uc_current;
+        uc_current = s;
+        s->on_exit(s->ctx);
+        uc_current = prev;
+    }
+    sub_release(s); /* the loop's; the caller still holds the owner's */
+    return 1;
+}
+
 int uc_sub_close(uc_sub *s, int timeout_ms)
 {
     if (!s)
@@ -264,22 +406,9 @@ int uc_sub_close(uc_sub *s, int timeout_ms)
     request_stop(s);
     if (uc_current == s)
         return UC_OK; /* inside deliver (or on_exit): the loop ends after it returns */
-    pthread_mutex_lock(&s->mu);
-    if (s->thread_mode && !s->started && !atomic_load_explicit(&s->finished, memory_order_relaxed)) {
-        /* The factory has not run the loop yet (it may never): nothing can
-         * be delivered, so do not wait for it.  The source is idle and ours,
-         * and on_exit runs here, so that ctx is not needed after close
-         * returns; a late start finds the subscription finished and returns. */
-        sub_finish(s);
-        pthread_mutex_unlock(&s->mu);
-        if (s->on_exit) {
-            const uc_sub *prev = uc_current;
-            uc_current = s;
-            s->on_exit(s->ctx);
-            uc_current = prev;
-        }
+    if (end_before_start(s))
         return UC_OK;
-    }
+    pthread_mutex_lock(&s->mu);
     int rc = wait_locked(s, timeout_ms, !s->thread_mode);
     if (rc == 0 && !s->thread_mode && !atomic_load_explicit(&s->finished, memory_order_relaxed))
         sub_finish(s); /* no poll runs: the source is idle and ours to close */
@@ -316,6 +445,8 @@ void uc_sub_free(uc_sub *s)
         return;
     /* Freeing implies stopping: nobody could stop the loop afterwards. */
     request_stop(s);
+    if (uc_current != s)
+        end_before_start(s); /* a loop not started yet would hold it forever */
     if (!s->thread_mode) {
         pthread_mutex_lock(&s->mu);
         if (!s->polling && !atomic_load_explicit(&s->finished, memory_order_relaxed))
@@ -324,6 +455,14 @@ void uc_sub_free(uc_sub *s)
         pthread_mutex_unlock(&s->mu);
     }
     sub_release(s);
+}
+
+/* ---- who may use the source ------------------------------------------- */
+
+int uc_sub_source_is_ours(const uc_sub *s)
+{
+    /* polling and started only change under mu, which the caller holds. */
+    return uc_current == s || (s->thread_mode ? !s->started : !s->polling);
 }
 
 /* ---- stats and the endpoint ------------------------------------------- */
@@ -342,11 +481,12 @@ void uc_sub_stats(const uc_sub *s, uc_stats *out)
     out->decode_errors = atomic_load_explicit(&st[UC_STAT_DECODE_ERRORS], memory_order_relaxed);
     out->callback_errors = atomic_load_explicit(&st[UC_STAT_CALLBACK_ERRORS], memory_order_relaxed);
     out->dropped = atomic_load_explicit(&st[UC_STAT_DROPPED], memory_order_relaxed);
+    out->filtered = atomic_load_explicit(&st[UC_STAT_FILTERED], memory_order_relaxed);
 }
 
 void uc_sub_add_stat(uc_sub *s, uc_stat_id which, uint64_t n)
 {
-    if (!s || (unsigned)which > UC_STAT_DROPPED)
+    if (!s || (unsigned)which >= UC_STAT_COUNT)
         return;
     atomic_fetch_add_explicit(&s->stats[which], n, memory_order_relaxed);
 }

@@ -12,21 +12,26 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "sockopt.h"
 
 typedef struct uc_sub_ops {
     /* The loop body, on the thread that owns the source (the loop's thread,
-     * or the caller of uc_sub_poll).  Runs until uc_sub_stopping(), until
-     * timeout_ms passes (< 0: never), until max_messages (0: no limit) have
-     * been handed to deliver, or until deliver returns non-zero (then, and
-     * when the source ends by itself, it calls uc_sub_end_loop).  Returns
-     * the number of messages handed to deliver. */
+     * or the caller of uc_sub_poll).  Hands batches over with
+     * uc_sub_hand_over and runs until uc_sub_stopping(), until timeout_ms
+     * passes (< 0: never), until deliver has taken max_messages (0: no
+     * limit), or until deliver pauses or stops (on a stop, and when the
+     * source ends by itself, it calls uc_sub_end_loop).  What deliver did
+     * not take is the source's to hand over first next time (bus.h,
+     * uc_deliver_fn), or to count as dropped.  Returns the number of
+     * messages deliver took. */
     size_t (*run)(uc_sub *s, int timeout_ms, size_t max_messages);
     /* Release what the source holds outside its own memory (a socket and
-     * the bus reference that goes with it).  Called by the source's owner
-     * once the subscription stops for good, or on a failed open; must be
-     * safe on a source whose open did not get that far. */
+     * the bus reference that goes with it), counting messages it still
+     * held for deliver as dropped.  Called by the source's owner once the
+     * subscription stops for good, or on a failed open; must be safe on a
+     * source whose open did not get that far. */
     void (*finalize)(uc_sub *s);
     /* Free the source's own buffers (not the struct: sub.c frees that).
      * Called once, by whoever drops the last reference, after finalize. */
@@ -47,12 +52,18 @@ struct uc_sub {
     atomic_int stop;      /* stop requested: the loop ends at its next check */
     atomic_int finished;  /* the loop has ended for good (set under mu) */
     atomic_int refs;      /* owner + running loop/poll */
-    _Atomic uint64_t stats[UC_STAT_DROPPED + 1];
+    _Atomic uint64_t stats[UC_STAT_COUNT];
     pthread_mutex_t mu;
-    pthread_cond_t cv;    /* signalled when finished or polling changes */
+    pthread_cond_t cv;    /* signalled when finished, polling or open_state changes */
     int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
-    int opened;           /* the open function has returned the handle (under mu) */
-    int started;          /* thread mode: the loop took the source (under mu) */
+    int open_state;       /* thread mode: UC_OPENING, UC_OPENED, UC_OPEN_FAILED (under mu) */
+    int started;          /* thread mode: the loop has taken the source (under mu) */
+
+    /* Thread mode, until the loop's entry takes the subscription (sub.c's
+     * pending list, under its lock). */
+    uintptr_t ticket;     /* what the thread factory's entry gets */
+    uc_sub *pending_prev, *pending_next;
+    int pending;          /* on the list */
 
     char last_endpoint[UC_ENDPOINT_MAX];  /* set by the source's open */
 };
@@ -71,6 +82,24 @@ uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err);
 /* Undo uc_sub_new and the source's setup (its finalize, then destroy): for
  * an open that fails after uc_sub_new. */
 void uc_sub_discard(uc_sub *s);
+
+/* The subscription whose deliver (or on_exit) runs on this thread, or NULL:
+ * a blocking call made from inside a target (a send at the high-water mark)
+ * polls its eventfd too, so that closing the subscription interrupts it. */
+uc_sub *uc_sub_current(void);
+
+/* For the source's run: hand n messages to deliver, count the batch and
+ * return deliver's verdict (UC_DELIVER_MORE, _PAUSE or _STOP; any other
+ * value is STOP, and the loop is then ended).  *taken: how many deliver
+ * took, a prefix of the n. */
+int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken);
+
+/* Under s->mu, for a source's functions called from outside its run: may
+ * the calling thread use the source now?  1 when it is the loop's own
+ * thread (inside deliver) or when no loop holds the source (caller mode
+ * between polls; thread mode before the factory ran the loop), and holding
+ * mu keeps it so.  0: the loop holds it; ask the loop (eventfd). */
+int uc_sub_source_is_ours(const uc_sub *s);
 
 /* For the source's run: has a stop been requested? */
 static inline int uc_sub_stopping(uc_sub *s)

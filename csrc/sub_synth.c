@@ -25,6 +25,7 @@ typedef struct synth_source {
     uint64_t backlog_max;     /* 0: no limit */
     /* Loop-owned. */
     uint64_t next;            /* index of the next message */
+    size_t left;              /* messages from next on taken but not handed over yet */
     uint64_t *lat;            /* count latencies, or NULL */
     /* Read from any thread (uc_synth_info_get). */
     _Atomic uint64_t max_backlog;
@@ -57,6 +58,35 @@ static void synth_sleep(synth_source *y, int64_t until)
         uc_efd_drain(y->sub.efd);
 }
 
+/* Hand over n messages starting at `next` (taken already: counted in
+ * received and in `left`), record their latencies, move on by what deliver
+ * took (dropping the rest on a stop).  Returns deliver's verdict. */
+static int synth_hand_over(synth_source *y, size_t n, int64_t t0, size_t *total)
+{
+    uc_sub *s = &y->sub;
+    size_t took;
+    if (!atomic_load_explicit(&y->first, memory_order_relaxed))
+        atomic_store_explicit(&y->first, uc_mono_ns(), memory_order_relaxed);
+    int verdict = uc_sub_hand_over(s, y->msgs, n, &took);
+    int64_t end = uc_mono_ns();
+    atomic_store_explicit(&y->last, end, memory_order_relaxed);
+    if (y->lat) {
+        for (size_t i = 0; i < took; i++) {
+            int64_t lat = end - synth_due(y, t0, y->next + i);
+            y->lat[y->next + i] = lat > 0 ? (uint64_t)lat : 0;
+        }
+    }
+    y->next += took;
+    y->left -= took;
+    *total += took;
+    if (verdict == UC_DELIVER_STOP && y->left) {
+        atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], y->left, memory_order_relaxed);
+        y->next += y->left;
+        y->left = 0;
+    }
+    return verdict;
+}
+
 /* ---- the source's ops ------------------------------------------------- */
 
 /* uc_sub_ops.run: the same contract as a socket's, batches made of views of
@@ -74,6 +104,17 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
     for (;;) {
         if (uc_sub_stopping(s))
             break;
+        if (y->left) {
+            /* The rest of a batch deliver did not take: first, and alone. */
+            size_t n = y->left < s->batch ? y->left : s->batch;
+            if (max_messages && max_messages - total < n)
+                n = max_messages - total;
+            if (synth_hand_over(y, n, t0, &total) != UC_DELIVER_MORE)
+                break;
+            if (max_messages && total >= max_messages)
+                break;
+            continue;
+        }
         if (y->count && y->next >= y->count) {
             /* The end of the stream: the subscription ends as if closed. */
             uc_sub_end_loop(s);
@@ -119,34 +160,24 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
         if (max_messages && max_messages - total < n)
             n = max_messages - total;
         atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], n, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
-        if (!atomic_load_explicit(&y->first, memory_order_relaxed))
-            atomic_store_explicit(&y->first, uc_mono_ns(), memory_order_relaxed);
-        int rc = s->deliver(s->ctx, y->msgs, n);
-        int64_t end = uc_mono_ns();
-        atomic_store_explicit(&y->last, end, memory_order_relaxed);
-        if (y->lat) {
-            for (size_t i = 0; i < n; i++) {
-                int64_t lat = end - synth_due(y, t0, y->next + i);
-                y->lat[y->next + i] = lat > 0 ? (uint64_t)lat : 0;
-            }
-        }
-        y->next += n;
-        total += n;
-        if (rc) {
-            uc_sub_end_loop(s);
+        y->left = n;
+        if (synth_hand_over(y, n, t0, &total) != UC_DELIVER_MORE)
             break;
-        }
         if (max_messages && total >= max_messages)
             break;
     }
     return total;
 }
 
-/* uc_sub_ops.finalize: nothing is held outside the source's own memory. */
+/* uc_sub_ops.finalize: nothing is held outside the source's own memory;
+ * the rest of a paused batch is dropped. */
 static void synth_finalize(uc_sub *s)
 {
-    (void)s;
+    synth_source *y = (synth_source *)s;
+    if (y->left) {
+        atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], y->left, memory_order_relaxed);
+        y->left = 0;
+    }
 }
 
 /* uc_sub_ops.destroy */

@@ -4,10 +4,15 @@
  * eventfd (the only thread-safe way to interrupt it: zmq sockets must not be
  * touched by two threads), drains up to `batch` messages with ZMQ_DONTWAIT
  * into a preallocated frame pool and calls `deliver` once.  The hot path
- * allocates nothing and takes no lock.
+ * allocates nothing and takes no lock.  What deliver does not take of a
+ * batch (a paused poll) stays in the pool, frames and all, and is handed
+ * over before anything new is received.
  *
  * The socket has exactly one user at a time: whoever owns the source (see
- * sub.c); that owner closes it when the subscription stops (finalize). */
+ * sub.c); that owner closes it when the subscription stops (finalize).
+ * Other threads change a SUB socket's prefixes through a queue that the
+ * owner empties (uc_sub_subscribe): the loop once per turn, before it takes
+ * a batch. */
 #define _GNU_SOURCE
 #include "sub_impl.h"
 
@@ -23,12 +28,28 @@
  * two frames per message; see pool_capacity(). */
 #define UC_POOL_SPARE_MSGS 4
 
+/* A change of a SUB socket's prefixes (uc_sub_subscribe/unsubscribe),
+ * queued until the socket's owner makes it. */
+typedef struct topic_change {
+    struct topic_change *next;
+    int option;        /* ZMQ_SUBSCRIBE or ZMQ_UNSUBSCRIBE */
+    size_t size;
+    char topic[];
+} topic_change;
+
 typedef struct zmq_source {
     uc_sub sub;        /* first: a uc_sub * is a zmq_source * */
-    uc_bus *bus;       /* referenced while the socket is open */
+    uc_bus *bus;       /* referenced (and a slot held) until finalize */
     /* Fixed at open. */
     void *sock;
+    uc_sub_kind kind;
     int bound;
+    size_t n_endpoints;         /* asked for */
+    size_t n_attached;          /* endpoints bound or connected (all, once open) */
+    char (*more)[UC_ENDPOINT_MAX]; /* endpoints after the first, as resolved
+                                   (the first: sub.last_endpoint) */
+    const char **resolved;      /* [i]: the i-th endpoint as resolved ("" until) */
+    uc_bus_sock *bs;            /* [i]: what the bus knows of the i-th endpoint */
 
     /* Loop-owned (only the thread that owns the socket touches these). */
     zmq_msg_t *pool;   /* pool_cap frames, always initialised */
@@ -37,7 +58,17 @@ typedef struct zmq_source {
     size_t pool_cap;
     size_t pool_used;  /* frames holding data from the current batch */
     zmq_msg_t scratch; /* receives frames beyond UC_MAX_FRAMES */
+    size_t next;       /* msgs[next, next + left) are still to be handed over */
+    size_t left;
+
+    /* Topic changes, under sub.mu (tickets count them from 1). */
+    topic_change *changes;       /* queued, oldest first */
+    topic_change **changes_end;  /* where the next one is linked */
+    uint64_t queued, made;       /* changes queued / made so far */
+    atomic_int pending;          /* changes wait: the loop reads it without mu */
 } zmq_source;
+
+static const uc_sub_ops zmq_ops;
 
 /* Room for two frames per message plus a few maximal messages: ordinary
  * [topic, payload] traffic always fills whole batches, while a batch of
@@ -47,6 +78,13 @@ static size_t pool_capacity(size_t batch)
 {
     size_t spare = batch < UC_POOL_SPARE_MSGS ? batch : UC_POOL_SPARE_MSGS;
     return 2 * batch + (UC_MAX_FRAMES - 2) * spare;
+}
+
+/* Where the i-th endpoint's resolved form is kept (the first where every
+ * source keeps its endpoint, uc_sub_last_endpoint). */
+static char *resolved_endpoint(zmq_source *z, size_t i)
+{
+    return i == 0 ? z->sub.last_endpoint : z->more[i - 1];
 }
 
 /* ---- receiving -------------------------------------------------------- */
@@ -145,6 +183,157 @@ static void release_batch(zmq_source *z)
     z->pool_used = 0;
 }
 
+/* Hand over up to `limit` messages of the current batch (msgs[next...]),
+ * add how many deliver took to *total, give the frames back once the whole
+ * batch is taken (or dropped, on a stop).  Returns deliver's verdict. */
+static int hand_over(zmq_source *z, size_t limit, size_t *total)
+{
+    size_t n = z->left < limit ? z->left : limit, took;
+    int verdict = uc_sub_hand_over(&z->sub, z->msgs + z->next, n, &took);
+    *total += took;
+    z->next += took;
+    z->left -= took;
+    if (verdict == UC_DELIVER_STOP && z->left) {
+        atomic_fetch_add_explicit(&z->sub.stats[UC_STAT_DROPPED], z->left, memory_order_relaxed);
+        z->left = 0;
+    }
+    if (!z->left)
+        release_batch(z);
+    return verdict;
+}
+
+/* ---- topic changes ---------------------------------------------------- */
+
+static void free_changes(topic_change *c)
+{
+    while (c) {
+        topic_change *next = c->next;
+        free(c);
+        c = next;
+    }
+}
+
+/* Make the queued changes on the socket, in order.  Under sub.mu, by the
+ * socket's owner. */
+static void make_changes(zmq_source *z)
+{
+    topic_change *c;
+    while ((c = z->changes) != NULL) {
+        z->changes = c->next;
+        int rc = zmq_setsockopt(z->sock, c->option, c->topic, c->size);
+        free(c);
+        if (rc != 0) {
+            /* ETERM, the one failure left for a SUB socket: the bus is
+             * closing, the loop ends, and no later change can be made. */
+            free_changes(z->changes);
+            z->changes = NULL;
+            uc_sub_end_loop(&z->sub);
+            break;
+        }
+        z->made++;
+    }
+    z->changes_end = &z->changes;
+    atomic_store_explicit(&z->pending, 0, memory_order_relaxed);
+    pthread_cond_broadcast(&z->sub.cv);
+}
+
+/* The loop's turn at the queue: it owns the socket. */
+static void take_changes(zmq_source *z)
+{
+    pthread_mutex_lock(&z->sub.mu);
+    make_changes(z);
+    pthread_mutex_unlock(&z->sub.mu);
+}
+
+/* uc_sub_subscribe / uc_sub_unsubscribe: queue the change, then make it at
+ * once if the socket is ours, else wake the loop to make it. */
+static int change_topic(uc_sub *s, int option, const void *topic, size_t size, uint64_t *ticket)
+{
+    if (!s || s->ops != &zmq_ops || ((zmq_source *)s)->kind != UC_SUB || (!topic && size)
+        || size > SIZE_MAX - sizeof(topic_change))
+        return UC_ERR_ARG;
+    zmq_source *z = (zmq_source *)s;
+    topic_change *c = malloc(sizeof *c + size);
+    if (!c)
+        return UC_ERR_NOMEM;
+    c->next = NULL;
+    c->option = option;
+    c->size = size;
+    if (size)
+        memcpy(c->topic, topic, size);
+    pthread_mutex_lock(&s->mu);
+    if (uc_sub_stopping(s) || atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+        pthread_mutex_unlock(&s->mu);
+        free(c);
+        return UC_ERR_CLOSED;
+    }
+    *z->changes_end = c;
+    z->changes_end = &c->next;
+    z->queued++;
+    if (ticket)
+        *ticket = z->queued;
+    if (uc_sub_source_is_ours(s)) {
+        make_changes(z);
+    } else {
+        atomic_store_explicit(&z->pending, 1, memory_order_release);
+        uc_efd_signal(s->efd);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return UC_OK;
+}
+
+int uc_sub_subscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+{
+    return change_topic(s, ZMQ_SUBSCRIBE, topic, size, ticket);
+}
+
+int uc_sub_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+{
+    return change_topic(s, ZMQ_UNSUBSCRIBE, topic, size, ticket);
+}
+
+int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
+{
+    if (!s || s->ops != &zmq_ops || ((zmq_source *)s)->kind != UC_SUB)
+        return UC_ERR_ARG;
+    zmq_source *z = (zmq_source *)s;
+    struct timespec deadline;
+    if (timeout_ms > 0)
+        uc_deadline_after(&deadline, timeout_ms);
+    int timed_out = timeout_ms == 0, rc;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (ticket > z->queued) {
+            rc = UC_ERR_ARG;
+            break;
+        }
+        if (z->made >= ticket) {
+            rc = UC_OK;
+            break;
+        }
+        if (uc_sub_stopping(s) || atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+            rc = UC_ERR_CLOSED;
+            break;
+        }
+        if (uc_sub_source_is_ours(s)) {
+            /* The poll that was to make it has returned: make it here
+             * (afterwards made >= ticket, or the loop was ended). */
+            make_changes(z);
+            continue;
+        }
+        if (timed_out) {
+            rc = UC_ERR_TIMEOUT;
+            break;
+        }
+        if (timeout_ms < 0)
+            pthread_cond_wait(&s->cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT)
+            timed_out = 1; /* one more look at the state, then give up */
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 /* ---- the source's ops ------------------------------------------------- */
 
 /* uc_sub_ops.run: poll, drain a batch, deliver it, give the frames back. */
@@ -165,41 +354,50 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
     for (;;) {
         if (uc_sub_stopping(s))
             break;
+        /* Once per turn, not per message: changes reach the socket before
+         * the next batch, even while a flood keeps the loop from polling. */
+        if (atomic_load_explicit(&z->pending, memory_order_acquire))
+            take_changes(z);
         /* A flood must not keep a timed poll past its deadline. */
         if (!first && timeout_ms >= 0 && uc_ms_left(&deadline) == 0)
             break;
         first = 0;
+        size_t limit = s->batch;
+        if (max_messages && max_messages - total < limit)
+            limit = max_messages - total;
 
+        if (z->left) {
+            /* The rest of a batch deliver did not take: first, and alone. */
+            if (hand_over(z, limit, &total) != UC_DELIVER_MORE)
+                break;
+            if (max_messages && total >= max_messages)
+                break;
+            continue;
+        }
         if (maybe_more) {
-            size_t limit = s->batch;
-            if (max_messages && max_messages - total < limit)
-                limit = max_messages - total;
             int dry;
             uint64_t dropped = 0;
             size_t n = drain(z, limit, &dry, &dropped);
-            if (n) {
-                /* Counted before deliver, so that received >= delivered holds
-                 * for anyone reading the stats while the batch is out.
-                 * Relaxed: these are statistics, not synchronisation; once
-                 * per batch keeps the cache line out of the per-message path. */
+            /* Counted before deliver, so that received >= delivered holds
+             * for anyone reading the stats while the batch is out.  Relaxed:
+             * these are statistics, not synchronisation; once per batch
+             * keeps the cache line out of the per-message path. */
+            if (n)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], n, memory_order_relaxed);
-                atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
-                int rc = s->deliver(s->ctx, z->msgs, n);
-                release_batch(z);
-                total += n;
-                if (rc) {
-                    uc_sub_end_loop(s);
-                    break;
-                }
-                if (max_messages && total >= max_messages)
-                    break;
-            }
             if (dropped)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], dropped, memory_order_relaxed);
             /* After a batch that hit a limit, more may be queued: zmq's
              * readiness is edge-like, so only poll once the socket ran dry. */
             maybe_more = !dry;
-            if (maybe_more)
+            if (n) {
+                z->next = 0;
+                z->left = n;
+                if (hand_over(z, n, &total) != UC_DELIVER_MORE)
+                    break;
+                if (max_messages && total >= max_messages)
+                    break;
+            }
+            if (maybe_more || z->left)
                 continue;
         }
 
@@ -222,23 +420,34 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
     return total;
 }
 
-/* uc_sub_ops.finalize: close the socket and the frames. */
+/* uc_sub_ops.finalize: close the socket and the frames, give the bus its
+ * slot and reference back. */
 static void zmq_finalize(uc_sub *s)
 {
     zmq_source *z = (zmq_source *)s;
-    if (!z->sock)
+    if (!z->bus)
         return;
-    for (size_t i = 0; i < z->pool_cap; i++)
-        zmq_msg_close(&z->pool[i]);
-    zmq_msg_close(&z->scratch);
-    /* zmq_close releases a bound address later, on the reaper thread; an
-     * explicit unbind frees an inproc name at once (tcp/ipc listeners still
-     * close on the I/O thread), so close-then-rebind works as expected. */
-    if (z->bound)
-        zmq_unbind(z->sock, s->last_endpoint);
-    zmq_close(z->sock); /* ZMQ_LINGER is 0: never blocks */
-    z->sock = NULL;
+    if (z->left) {
+        /* The rest of a paused batch, never handed over (bus.h). */
+        atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], z->left, memory_order_relaxed);
+        z->left = 0;
+    }
+    uc_bus_sock_closing(z->bus, z->bs, z->resolved, z->n_endpoints, 0);
+    if (z->sock) {
+        for (size_t i = 0; i < z->pool_cap; i++)
+            zmq_msg_close(&z->pool[i]);
+        zmq_msg_close(&z->scratch);
+        /* zmq_close releases a bound address later, on the reaper thread; an
+         * explicit unbind frees an inproc name at once (tcp/ipc listeners still
+         * close on the I/O thread), so close-then-rebind works as expected. */
+        if (z->bound)
+            for (size_t i = 0; i < z->n_attached; i++)
+                zmq_unbind(z->sock, resolved_endpoint(z, i));
+        zmq_close(z->sock); /* ZMQ_LINGER is 0: never blocks */
+        z->sock = NULL;
+    }
     uc_bus_release(z->bus);
+    z->bus = NULL;
 }
 
 /* uc_sub_ops.destroy */
@@ -248,6 +457,10 @@ static void zmq_destroy(uc_sub *s)
     free(z->pool);
     free(z->views);
     free(z->msgs);
+    free(z->more);
+    free(z->resolved);
+    free(z->bs);
+    free_changes(z->changes); /* queued for a loop that ended first */
 }
 
 static const uc_sub_ops zmq_ops = {
@@ -258,34 +471,52 @@ static const uc_sub_ops zmq_ops = {
 
 /* ---- open ------------------------------------------------------------- */
 
-/* Socket options and SUB prefixes, before the socket is attached. */
+/* Socket options (the core's, then the deployment's) and SUB prefixes,
+ * before the socket is attached. */
 static int configure(void *sock, const uc_sub_opts *o)
 {
     int64_t maxsize = o->max_message_size;
     int fail = uc_sock_set_int(sock, ZMQ_LINGER, 0)
             || (o->rcvhwm >= 0 && uc_sock_set_int(sock, ZMQ_RCVHWM, o->rcvhwm))
             || (maxsize >= 0 && zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize))
-            || uc_sock_set_curve(sock, &o->curve);
+            || uc_sock_set_curve(sock, &o->curve)
+            || uc_sock_set_options(sock, o->sockopts, o->n_sockopts);
     if (!fail && o->kind == UC_SUB) {
-        if (o->n_topics == 0) {
-            fail = zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0) != 0;
-        } else {
-            for (size_t i = 0; i < o->n_topics && !fail; i++) {
-                const uc_frame *t = &o->topics[i];
-                fail = zmq_setsockopt(sock, ZMQ_SUBSCRIBE, t->size ? t->data : "", t->size) != 0;
-            }
+        for (size_t i = 0; i < o->n_topics && !fail; i++) {
+            const uc_frame *t = &o->topics[i];
+            fail = zmq_setsockopt(sock, ZMQ_SUBSCRIBE, t->size ? t->data : "", t->size) != 0;
         }
     }
     return fail ? -1 : 0;
 }
 
+/* The endpoints of *o as one array: &o->endpoint for one, o->endpoints for
+ * several; *n gets their number (0: the options name none, or both forms). */
+static const char *const *endpoint_list(const uc_sub_opts *o, size_t *n)
+{
+    *n = 0;
+    if (o->endpoint && !o->n_endpoints) {
+        *n = 1;
+        return &o->endpoint;
+    }
+    if (o->endpoint || !o->endpoints)
+        return NULL;
+    for (size_t i = 0; i < o->n_endpoints; i++)
+        if (!o->endpoints[i])
+            return NULL;
+    *n = o->n_endpoints;
+    return o->endpoints;
+}
+
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
 {
     int dummy, e;
+    size_t n_eps = 0;
+    const char *const *eps = o ? endpoint_list(o, &n_eps) : NULL;
     if (!err)
         err = &dummy;
-    if (!o || !o->endpoint || (o->kind != UC_SUB && o->kind != UC_PULL)
-        || (o->n_topics && !o->topics)) {
+    if (!o || !n_eps || (o->kind != UC_SUB && o->kind != UC_PULL)
+        || (o->n_topics && !o->topics) || !uc_sock_options_allowed(o->sockopts, o->n_sockopts)) {
         *err = UC_ERR_ARG;
         return NULL;
     }
@@ -293,33 +524,75 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
     if (!s)
         return NULL;
     zmq_source *z = (zmq_source *)s;
+    z->kind = o->kind;
+    z->changes_end = &z->changes;
     z->pool_cap = pool_capacity(o->batch);
     z->pool = calloc(z->pool_cap, sizeof *z->pool);
     z->views = calloc(z->pool_cap, sizeof *z->views);
     z->msgs = calloc(o->batch, sizeof *z->msgs);
-    if (!z->pool || !z->views || !z->msgs) {
+    if (n_eps > 1)
+        z->more = calloc(n_eps - 1, sizeof *z->more);
+    z->resolved = calloc(n_eps, sizeof *z->resolved);
+    z->bs = calloc(n_eps, sizeof *z->bs);
+    if (!z->pool || !z->views || !z->msgs || (n_eps > 1 && !z->more) || !z->resolved || !z->bs) {
         uc_sub_discard(s);
         *err = UC_ERR_NOMEM;
         return NULL;
     }
+    z->n_endpoints = n_eps;
+    for (size_t i = 0; i < n_eps; i++)
+        z->resolved[i] = resolved_endpoint(z, i);
+    int code = uc_bus_sock_open(bus);
+    if (code != UC_OK) {
+        e = errno;
+        uc_sub_discard(s);
+        return uc_open_failed(err, code, e);
+    }
+    z->bus = bus;
     z->sock = zmq_socket(uc_bus_zmq_context(bus), o->kind == UC_SUB ? ZMQ_SUB : ZMQ_PULL);
     if (!z->sock) {
         e = errno;
         uc_sub_discard(s);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
-    z->bus = bus;
-    uc_bus_retain(bus);
     for (size_t i = 0; i < z->pool_cap; i++)
         zmq_msg_init(&z->pool[i]);
     zmq_msg_init(&z->scratch);
 
-    if (configure(z->sock, o) != 0
-        || uc_sock_attach(z->sock, o->endpoint, o->bind, s->last_endpoint) != 0) {
+    if (configure(z->sock, o) != 0) {
         e = errno;
         uc_sub_discard(s);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
+    /* Bound before attaching, so that a failure half-way releases the
+     * addresses already bound (finalize unbinds the first n_attached). */
     z->bound = o->bind;
+    for (size_t i = 0; i < n_eps; i++) {
+        if (uc_sock_attach(z->sock, eps[i], o->bind, resolved_endpoint(z, i)) != 0) {
+            e = errno;
+            if (o->failed_endpoint)
+                *o->failed_endpoint = i;
+            uc_sub_discard(s);
+            return uc_open_failed(err, UC_ERR_ZMQ, e);
+        }
+        z->n_attached = i + 1;
+        if ((code = uc_bus_sock_attached(bus, &z->bs[i], resolved_endpoint(z, i), o->bind)) != UC_OK) {
+            uc_sub_discard(s);
+            *err = code;
+            return NULL;
+        }
+    }
     return uc_sub_start(s, o, err);
+}
+
+const char *uc_sub_endpoint(const uc_sub *s, size_t i)
+{
+    if (!s)
+        return NULL;
+    if (s->ops != &zmq_ops)
+        return i == 0 ? s->last_endpoint : NULL;
+    const zmq_source *z = (const zmq_source *)s;
+    if (i >= z->n_attached)
+        return NULL;
+    return i == 0 ? s->last_endpoint : z->more[i - 1];
 }

@@ -22,6 +22,7 @@ const char *uc_strerror(int code, int err)
     case UC_ERR_AGAIN: return "would block: the high-water mark is reached";
     case UC_ERR_THREAD: return "the thread factory failed to start the receive loop";
     case UC_ERR_BUSY: return "busy: poll on a thread-mode subscription, or poll already running";
+    case UC_ERR_STOPPING: return "interrupted: the subscription whose target is sending is being closed";
     default: return "unknown upcall error";
     }
 }

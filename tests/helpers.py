@@ -23,7 +23,7 @@ DEADLINE = 30.0
 PROBE = "__upcall_probe__"
 PROBE_TOPIC = b"probe"
 
-STATS_KEYS = {"received", "delivered", "batches", "decode_errors",
+STATS_KEYS = {"received", "delivered", "filtered", "batches", "decode_errors",
               "callback_errors", "dropped"}
 
 MODES = ["native", "python", "caller"]

@@ -784,11 +784,12 @@ def test_subscribe_rejects_non_str_endpoint():
 def test_bind_conflict_raises_oserror(endpoints):
     ep = endpoints("tcp")
     with upcall.Bus() as bus:
-        bus.publisher(ep, kind="push")
+        pub = bus.publisher(ep, kind="push")   # referenced: a dropped publisher is closed
         with pytest.raises(OSError):
             bus.publisher(ep, kind="push")
         with pytest.raises(OSError):
             bus.subscribe(ep, print, kind="pull", bind=True)
+        pub.close()
 
 
 @pytest.mark.parametrize("kwargs,exc,word", [

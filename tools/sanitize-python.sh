@@ -1,16 +1,28 @@
 #!/bin/sh
-# The threaded Python tests under ASan+UBSan (part of `make sanitize`).
+# The threaded Python tests under ASan+UBSan, then some under TSan (part of
+# `make sanitize`).
 #
 # The extension modules are rebuilt with gcc -fsanitize=address,undefined
 # into build/asan-py (tools/build-ext.sh), and pytest runs them in the normal
 # interpreter with libasan/libubsan preloaded.  PYTHONMALLOC=malloc sends
 # Python's object allocations through malloc too, so ASan sees their bounds.
 #
+# TSan: the modules rebuilt with -fsanitize=thread into build/tsan-py, libtsan
+# preloaded into the normal interpreter (ASLR off: setarch -R, as for the C
+# tests).  CPython itself is not instrumented, but its GIL is a pthread mutex
+# that TSan sees, so what the bridge does under the GIL is ordered, and what
+# it does without the GIL (the C core, the send path) is checked.  The
+# suppressions are csrc/tsan.supp (libzmq's lock-free queues) plus
+# tools/tsan-python.supp.  TSAN_FILES are the tests run so far: those known
+# clean (the others have not been checked under TSan yet).
+#
 # Leaks: the in-process tests run with LeakSanitizer on (detect_leaks=1): at
 # exit nothing allocated by the C core, the bridge or libzmq may be left
 # unreachable.  The tests that run interpreters which exit on purpose while
 # delivery threads are still running or stuck (test_exit.py,
-# test_shutdown.py) run with detect_leaks=0: those children end with Python
+# test_shutdown.py), and forked children that leave what they inherited
+# alone on purpose (test_fork.py: it is the parent's), run with
+# detect_leaks=0: those children end with Python
 # objects and thread bootstate owned by threads that never finished, which
 # LeakSanitizer reports (stacks entirely inside CPython: _threadmodule.c
 # start_new_thread, gcmodule.c gc_alloc, typeobject.c, longobject.c; checked
@@ -21,46 +33,91 @@
 #
 #   tools/sanitize-python.sh [pytest args...]   default: the threaded tests
 #   UPCALL_DETECT_LEAKS=1 tools/sanitize-python.sh   LSan on for the exit tests too
+#   UPCALL_SANITIZER=thread tools/sanitize-python.sh [pytest args...]   TSan only
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=$root/.venv/bin/python
-out=build/asan-py
-tools/build-ext.sh "$out" "${CC:-gcc}" "-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
+cc=${CC:-gcc}
+asan_out=build/asan-py
+tsan_out=build/tsan-py
+sanitizer=${UPCALL_SANITIZER:-all}
+case "$sanitizer" in all|address|thread) ;; *)
+    echo "sanitize-python: UPCALL_SANITIZER must be address or thread, not $sanitizer"; exit 1 ;;
+esac
+if [ $# -gt 0 ] && [ "$sanitizer" = all ]; then
+    sanitizer=address
+fi
+# Both builds first: the runs below preload a sanitizer runtime.
+if [ "$sanitizer" != thread ]; then
+    tools/build-ext.sh "$asan_out" "$cc" "-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
+fi
+if [ "$sanitizer" != address ]; then
+    tools/build-ext.sh "$tsan_out" "$cc" "-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
+    cat csrc/tsan.supp tools/tsan-python.supp > "$tsan_out/tsan.supp"
+fi
 
-libasan=$(${CC:-gcc} -print-file-name=libasan.so)
-libubsan=$(${CC:-gcc} -print-file-name=libubsan.so)
-[ -f "$libasan" ] || { echo "sanitize-python: libasan.so not found ($libasan)"; exit 1; }
-
-export ASAN_OPTIONS_BASE="abort_on_error=1:detect_stack_use_after_return=0:strict_init_order=1"
-export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$root/tools/ubsan.supp"
-export PYTHONMALLOC=malloc
-export PYTHONPATH="$root/$out"
-export LD_PRELOAD="$libasan $libubsan"
-# Prove that the instrumented modules are the ones imported.
-(cd /tmp && "$py" -c "import upcall._bus as b, upcall._codec as c; print(b.__file__, c.__file__)") \
-    | grep -q "$out/upcall/_bus" || { echo "sanitize-python: the instrumented build is not the one imported"; exit 1; }
+runtime() {   # runtime NAME: the path of libNAME.so, or exit
+    lib=$($cc -print-file-name="lib$1.so")
+    [ -f "$lib" ] || { echo "sanitize-python: lib$1.so not found ($lib)" >&2; exit 1; }
+    echo "$lib"
+}
 
 # pytest through its script, not `python -m` (which would put the source
-# tree, with its uninstrumented in-place build, first on sys.path).
-run() {   # run DETECT_LEAKS test files...
+# tree, with its uninstrumented in-place build, first on sys.path).  Each run
+# first proves that the instrumented modules are the ones imported.
+pytest_in() {   # pytest_in OUT WRAP test files...   (WRAP: a command prefix, or "")
+    out=$1; wrap=$2; shift 2
+    (cd /tmp && $wrap "$py" -c "import upcall._bus as b, upcall._codec as c; print(b.__file__, c.__file__)") \
+        | grep -q "$out/upcall/_bus" \
+        || { echo "sanitize-python: the instrumented build in $out is not the one imported"; exit 1; }
+    $wrap "$root/.venv/bin/pytest" -q -p no:cacheprovider "$@"
+}
+
+asan() {   # asan DETECT_LEAKS test files...
     leaks=$1; shift
     [ $# -gt 0 ] || return 0
     echo "== ASan+UBSan (detect_leaks=$leaks): $*"
-    ASAN_OPTIONS="detect_leaks=$leaks:$ASAN_OPTIONS_BASE" "$root/.venv/bin/pytest" -q -p no:cacheprovider "$@"
+    libasan=$(runtime asan)
+    libubsan=$(runtime ubsan)
+    (
+        export ASAN_OPTIONS="detect_leaks=$leaks:abort_on_error=1:detect_stack_use_after_return=0:strict_init_order=1"
+        export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$root/tools/ubsan.supp"
+        export PYTHONMALLOC=malloc PYTHONPATH="$root/$asan_out" LD_PRELOAD="$libasan $libubsan"
+        pytest_in "$asan_out" "" "$@"
+    )
+}
+
+tsan() {   # tsan test files...
+    [ $# -gt 0 ] || return 0
+    echo "== TSan: $*"
+    libtsan=$(runtime tsan)
+    # Reports go to files: pytest's capture of stderr dies with the process.
+    rm -f "$tsan_out"/report.*
+    (
+        export TSAN_OPTIONS="halt_on_error=1:suppressions=$root/$tsan_out/tsan.supp:log_path=$root/$tsan_out/report"
+        export PYTHONMALLOC=malloc PYTHONPATH="$root/$tsan_out" LD_PRELOAD="$libtsan"
+        pytest_in "$tsan_out" "setarch $(uname -m) -R" "$@"
+    ) || { cat "$tsan_out"/report.* 2>/dev/null; return 1; }
 }
 
 if [ $# -gt 0 ]; then
-    run "${UPCALL_DETECT_LEAKS:-1}" "$@"
+    if [ "$sanitizer" = thread ]; then tsan "$@"; else asan "${UPCALL_DETECT_LEAKS:-1}" "$@"; fi
     exit
 fi
-inproc=""; exiting=""
-for t in tests/test_bus.py tests/test_threads.py tests/test_reentrancy.py \
-         tests/test_backpressure.py tests/test_bad_input.py; do
-    [ -f "$t" ] && inproc="$inproc $t"
-done
-for t in tests/test_shutdown.py tests/test_exit.py; do
-    [ -f "$t" ] && exiting="$exiting $t"
-done
-run 1 $inproc
-run "${UPCALL_DETECT_LEAKS:-0}" $exiting
+existing() { for t in "$@"; do [ -f "$t" ] && printf ' %s' "$t"; done; return 0; }
+inproc=$(existing tests/test_bus.py tests/test_threads.py tests/test_reentrancy.py \
+         tests/test_backpressure.py tests/test_bad_input.py tests/test_lifecycle.py \
+         tests/test_socket_limit.py tests/test_faults_sub.py tests/test_sigint_sub.py \
+         tests/test_stats_invariant.py \
+         tests/test_publisher_threads.py tests/test_publisher_interrupt.py)
+exiting=$(existing tests/test_shutdown.py tests/test_exit.py tests/test_fork.py)
+TSAN_FILES=$(existing tests/test_bus.py tests/test_threads.py \
+             tests/test_publisher_threads.py tests/test_publisher_interrupt.py)
+if [ "$sanitizer" != thread ]; then
+    asan 1 $inproc
+    asan "${UPCALL_DETECT_LEAKS:-0}" $exiting
+fi
+if [ "$sanitizer" != address ]; then
+    tsan $TSAN_FILES
+fi

@@ -1,12 +1,15 @@
 """Type stubs for upcall._bus: the bus, subscriptions, publishers, thread factories."""
 from types import TracebackType
 from array import array
-from typing import Any, Callable, Iterable, Literal, Protocol, Union, final
+from typing import Any, Callable, Coroutine, Iterable, Literal, Mapping, Protocol, Union, final
 
+from upcall.aio import AsyncSubscription
 from upcall.handler import Handler
 from upcall.native import NativeHandler
 
 Endpoint = str
+# subscribe(): one endpoint, or several served by one socket.
+Endpoints = Endpoint | list[Endpoint] | tuple[Endpoint, ...]
 # A callable, an upcall.Handler (on_message through the vtable), or a native
 # handler that runs without the GIL and upcalls only what it selects.
 Target = Union[Callable[..., Any], Handler, NativeHandler]
@@ -44,20 +47,40 @@ def python_threads(run: _Run) -> None:
 class Subscription:
     """One receive loop delivering decoded messages to one target."""
     @property
-    def endpoint(self) -> str: ...
+    def endpoint(self) -> str:
+        """The endpoint as given (the first one of several)."""
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every endpoint as given, in order."""
     @property
     def closed(self) -> bool: ...
     @property
     def stats(self) -> dict[str, int]:
-        """received, delivered, batches, decode_errors, callback_errors, dropped."""
+        """received, delivered, filtered, batches, decode_errors, callback_errors, dropped."""
+    @property
+    def topics(self) -> tuple[bytes, ...]:
+        """SUB prefixes with every subscribe()/unsubscribe() so far; () for PULL."""
+    def subscribe(self, topic: bytes | bytearray | memoryview | str,
+                  timeout: float | None = None) -> None:
+        """SUB: add a prefix while delivery runs; returns once the socket's
+        thread has made the change (TimeoutError: still queued)."""
+    def unsubscribe(self, topic: bytes | bytearray | memoryview | str,
+                    timeout: float | None = None) -> None:
+        """SUB: remove a prefix while delivery runs, like subscribe()."""
     @property
     def thread_name(self) -> str | None:
         """Name of the delivery thread (None in caller mode)."""
     @property
     def last_endpoint(self) -> str:
-        """The endpoint as bound (tcp port 0 resolved), or as given."""
+        """The endpoint as bound (tcp port 0 resolved), or as given; the first of several."""
+    @property
+    def last_endpoints(self) -> tuple[str, ...]:
+        """Every endpoint as bound or connected, in the order of ``endpoints``."""
     def poll(self, timeout: float | None = None, max_messages: int | None = None) -> int:
-        """Caller mode: deliver on this thread; return how many messages were delivered."""
+        """Caller mode: deliver on this thread; return how many messages were
+        delivered.  ValueError once the subscription has ended; an interrupt
+        from the target (KeyboardInterrupt...) propagates, and the rest of
+        its batch is delivered by the next poll()."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end by itself (StopDelivery, the end of its
         source) without stopping it; True if it has ended.  Thread mode only."""
@@ -77,6 +100,11 @@ class Publisher:
     @property
     def closed(self) -> bool: ...
     def send(self, topic: bytes, obj: Any, *, timeout: float | None = None) -> None: ...
+    def send_async(self, topic: bytes, obj: Any, *,
+                   timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        """Encode obj now; the awaitable sends it without blocking the event loop."""
+    def _try_send(self, topic: bytes | str, payload: bytes | bytearray | memoryview) -> bool:
+        """For send_async: send if that can be done without waiting at all."""
     def send_packed(self, topic: bytes, payload: Any, *, timeout: float | None = None) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> Publisher: ...
@@ -86,12 +114,15 @@ class Publisher:
 @final
 class Bus:
     """A zmq context and everything opened on it."""
-    def __init__(self, io_threads: int = 1, thread_factory: ThreadFactory | None = None) -> None: ...
+    def __init__(self, io_threads: int = 1, thread_factory: ThreadFactory | None = None,
+                 max_sockets: int | None = None) -> None: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def max_sockets(self) -> int | None: ...
     def subscribe(
         self,
-        endpoint: Endpoint,
+        endpoint: Endpoints,
         target: Target,
         *,
         topics: Iterable[bytes | str] = (b"",),
@@ -107,7 +138,28 @@ class Bus:
         curve_server: CurveKeyPair | None = None,
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
+        socket_options: Mapping[str, int] | None = None,
     ) -> Subscription: ...
+    def subscribe_async(
+        self,
+        endpoint: Endpoints,
+        *,
+        topics: Iterable[bytes | str] = (b"",),
+        kind: Literal["sub", "pull"] = "sub",
+        bind: bool = False,
+        batch: int | None = None,
+        thread_factory: ThreadFactory | None = None,
+        with_topic: bool = False,
+        on_error: Callable[[BaseException, Any], Any] | None = None,
+        rcvhwm: int | None = None,
+        max_message_size: int | None = None,
+        curve_server: CurveKeyPair | None = None,
+        curve_serverkey: CurveKey | None = None,
+        curve_client: CurveKeyPair | None = None,
+        socket_options: Mapping[str, int] | None = None,
+        queue_size: int | None = None,
+    ) -> AsyncSubscription:
+        """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(
         self,
         endpoint: Endpoint,
@@ -119,6 +171,9 @@ class Bus:
         curve_server: CurveKeyPair | None = None,
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
+        default: Callable[[Any], Any] | None = None,
+        encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
+        socket_options: Mapping[str, int] | None = None,
     ) -> Publisher: ...
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...
@@ -126,7 +181,8 @@ class Bus:
                  tb: TracebackType | None) -> None: ...
 
 DEFAULT_BATCH: int
-# Seconds that closing every bus at interpreter exit waits for running targets.
+# Seconds that closing each bus at interpreter exit waits for running targets
+# and for unsent messages (the publishers' linger is cut to it).
 EXIT_TIMEOUT: float
 
 # Private: for the benchmark and the tests, not API.

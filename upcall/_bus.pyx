@@ -3,23 +3,26 @@
 callables on native or Python-made threads, and publishers.
 
 One extension module built from one .pxi per concept, included in this order:
+  _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
+  _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
 and, here, C return codes -> exceptions, the registry that closes every bus
-before interpreter exit, Bus, and the private entry points that open what
-Bus.subscribe() does not offer users.
+before interpreter exit, what a forked child does with the objects it
+inherits, Bus, and the private entry points that open what Bus.subscribe()
+does not offer users.
 """
 cimport cython
-from libc.errno cimport errno, EINVAL, EPROTONOSUPPORT
+from libc.errno cimport errno, EINVAL, EMFILE, EPROTONOSUPPORT
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, strncpy
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
@@ -29,14 +32,20 @@ from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
 from upcall._codec cimport Encoder, Decoder
+from upcall._arguments cimport c_string, int_arg, timeout_ms as _timeout_ms
 from upcall.handler cimport Handler
 from upcall.native cimport NativeHandler
 
 import atexit
+import inspect
 import itertools
 import math
+import os
+import sys
 import threading
 import time
+import warnings
+import weakref
 
 from upcall._codec import DecodeError
 
@@ -70,7 +79,7 @@ cdef int _check_rc(int rc, str what, int timeout_ms=-1) except -1:
             raise TimeoutError(f"{what} did not complete within {timeout_ms} ms "
                                "(high-water mark reached)")
         raise BlockingIOError(f"{what} {reason}")
-    if rc == UC_ERR_ARG or rc == UC_ERR_CLOSED:
+    if rc == UC_ERR_ARG or rc == UC_ERR_CLOSED or rc == UC_ERR_STOPPING:
         raise ValueError(f"{what}: {reason}")
     if rc == UC_ERR_NOMEM:
         raise MemoryError(f"{what}: {reason}")
@@ -84,21 +93,70 @@ cdef int _check_rc(int rc, str what, int timeout_ms=-1) except -1:
     raise RuntimeError(f"{what}: {reason}")
 
 
+# ---- fork: what a child inherits is inert ------------------------------------
+#
+# libzmq sockets and contexts must not be used across fork, and a child has
+# none of the parent's threads (delivery loops, libzmq's I/O threads).  Every
+# Bus, Subscription and Publisher remembers the fork generation it was made
+# in; in a child (after_in_child bumps the generation) every method of an
+# inherited one raises, exit does not close it, and nothing of its C state is
+# ever touched or freed: it belongs to the parent's libzmq.
+
+# Forks between this process's start and now, on the line of processes that
+# made it (0 in a process that never forked from one that imported upcall).
+cdef int _fork_generation = 0
+
+
+def _after_fork_in_child():
+    global _fork_generation
+    _fork_generation += 1
+    _open_buses.clear()     # the parent's: exit must not wait for them
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+cdef object _inherited_error(str what, long pid):
+    return RuntimeError(
+        f"this {what} was created in process {pid}, and this is its forked child "
+        f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in the child")
+
+
+# Subscription, Publisher and the run objects given to thread factories are
+# made only here: their constructors refuse to run without this token, so
+# that Python code cannot make one that was never opened.
+cdef object _MADE_HERE = object()
+
+
+cdef int _made_here(object token, str cls, str how) except -1:
+    if token is not _MADE_HERE:
+        raise TypeError(f"cannot create {cls} objects directly: {how}")
+    return 0
+
+
+include "_slices.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
+include "_sockopts.pxi"
 include "_targets.pxi"
 include "_synthetic.pxi"
 
 
 # ---- the registry: every open bus is closed before finalization ----------
 
-# How long closing at exit waits for targets still running.
+# How long closing at exit waits for each bus: for targets still running, and
+# for its publishers' unsent messages (their linger is cut to what is left).
 EXIT_TIMEOUT = 5.0
 
-_open_buses = set()
+# Weak: a bus nobody uses any more is collected (closed, with a
+# ResourceWarning, see Bus.__del__); one still in use is closed at exit.  A
+# subscription delivering on a thread keeps its bus alive, as a running
+# thread keeps itself alive: its loop holds the Subscription, which holds
+# the Bus.
+_open_buses = weakref.WeakSet()
 _exit_hook_installed = False
 
 
@@ -115,7 +173,6 @@ def _close_all_at_exit():
         try:
             bus.close(timeout=EXIT_TIMEOUT)
         except Exception as exc:  # a stuck target: report, do not hang exit
-            import sys
             print(f"upcall: at exit: {exc}", file=sys.stderr)
 
 
@@ -146,23 +203,58 @@ cdef object _check_factory(object factory, str name):
                     f"upcall.python_threads or None, not {type(factory).__name__}")
 
 
-cdef bytes _endpoint_bytes(object endpoint):
+cdef bytes _endpoint_bytes(object endpoint, str name="endpoint"):
     if not isinstance(endpoint, str):
-        raise TypeError(f"endpoint must be a str such as 'tcp://127.0.0.1:5556', "
+        raise TypeError(f"{name} must be a str such as 'tcp://127.0.0.1:5556', "
                         f"not {type(endpoint).__name__}")
     if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
-        raise ValueError(f"endpoint must start with tcp://, ipc:// or inproc://: {endpoint!r}")
-    return (<str>endpoint).encode("utf-8")
+        raise ValueError(f"{name} must start with tcp://, ipc:// or inproc://: {endpoint!r}")
+    ep = c_string(endpoint, name)
+    if endpoint.startswith("tcp://"):
+        _check_tcp_ports(endpoint, name)
+    return ep
+
+
+cdef int _check_tcp_ports(str endpoint, str name) except -1:
+    """libzmq reads a tcp port with atoi() into 16 bits: ":99999" would bind
+    34463 and ":-1" 65535.  Every port (the source address of a connect,
+    "tcp://src:port;dst:port", has one too) must be * or 0..65535."""
+    for part in endpoint[len("tcp://"):].split(";"):
+        host, colon, port = part.rpartition(":")
+        if not colon:
+            continue                # no port at all: libzmq refuses it itself
+        if port != "*" and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+            raise ValueError(f"{name}: a tcp port must be a number between 0 and 65535 "
+                             f"or *, not {port!r}: {endpoint!r}")
+    return 0
+
+
+cdef list _endpoint_list(object endpoint):
+    """subscribe()'s ``endpoint``, one str or a list/tuple of them, as a
+    non-empty list of distinct str (checked as _endpoint_bytes does)."""
+    if isinstance(endpoint, str):
+        _endpoint_bytes(endpoint)
+        return [endpoint]
+    if not isinstance(endpoint, (list, tuple)):
+        raise TypeError(f"endpoint must be a str such as 'tcp://127.0.0.1:5556', or a list "
+                        f"or tuple of them, not {type(endpoint).__name__}")
+    if not endpoint:
+        raise ValueError("endpoint: an empty list; give at least one endpoint")
+    seen = set()
+    for i, ep in enumerate(endpoint):
+        _endpoint_bytes(ep, f"endpoint[{i}]")
+        # Two connects to one publisher make two connections: each message
+        # would arrive twice.  (A port picked at bind is a new one each time.)
+        if ep in seen and not ep.endswith((":*", ":0")):
+            raise ValueError(f"endpoint[{i}]: {ep!r} is given twice")
+        seen.add(ep)
+    return list(endpoint)
 
 
 cdef int _hwm(object value, str name) except -2:
-    if value is None:
-        return -1
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
-    if value < 0 or value > 2 ** 31 - 1:
-        raise ValueError(f"{name} must be >= 0 (0: no limit), not {value!r}")
-    return value
+    """A high-water mark: None keeps zmq's default (-1 for the core)."""
+    value = int_arg(value, name, 0, 2 ** 31 - 1, "0: no limit", or_none=True)
+    return -1 if value is None else value
 
 
 cdef bytes _topic_bytes(object topic):
@@ -173,67 +265,165 @@ cdef bytes _topic_bytes(object topic):
     raise TypeError(f"a topic must be bytes or str, not {type(topic).__name__}")
 
 
+# Whole milliseconds left until ``deadline`` (time.monotonic(); None: no limit, -1).
+cdef int _ms_left(object deadline):
+    if deadline is None:
+        return -1
+    return max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0))
+
+
+# A close with a timeout cuts its publishers' linger to the time left, so the
+# linger ends at the deadline; libzmq then destroys those sockets and ends
+# the context within milliseconds.  The close waits this much beyond its
+# deadline for that, rather than report as late work that is done.
+cdef int _LINGER_END_MS = 200
+
+# The most sockets a Bus may have (libzmq's ZMQ_SOCKET_LIMIT with epoll).
+_MAX_SOCKETS_LIMIT = 65535
+
+
+cdef int _bus_close_step(object unused, int slice_ms, void *arg) except -1:
+    """A slice of waiting for the bus's context to end (see Bus.close)."""
+    cdef uc_bus *c = <uc_bus *>arg
+    cdef int rc
+    with nogil:
+        rc = uc_bus_close(c, slice_ms)
+    return rc == UC_OK
+
+
 @cython.final
 cdef class Bus:
     """A zmq context and every subscription and publisher opened on it.
 
-    ``Bus(io_threads=1, thread_factory=None)``: ``io_threads`` are libzmq's
-    I/O threads; ``thread_factory`` is the default for subscriptions
-    (None or ``upcall.native_threads``: the core's own threads;
-    ``upcall.python_threads``; or any callable ``factory(run)``).
+    ``Bus(io_threads=1, thread_factory=None, max_sockets=None)``:
+    ``io_threads`` are libzmq's I/O threads; ``thread_factory`` is the
+    default for subscriptions (None or ``upcall.native_threads``: the core's
+    own threads; ``upcall.python_threads``; or any callable
+    ``factory(run)``); ``max_sockets`` is libzmq's ZMQ_MAX_SOCKETS (None:
+    libzmq's default, 1023), one of which is kept free for closing the bus.
     A context manager: leaving it closes everything.
+
+    A bus nobody references any more is closed when it is collected, with a
+    ResourceWarning; a subscription delivering on a thread references its
+    bus until it ends (README, "Lifetimes").
     """
-    cdef uc_bus *_c
+    cdef uc_bus *_c               # freed with the Bus: a close may wait on it meanwhile
     cdef object _factory
-    cdef set _subs
-    cdef set _pubs
-    cdef bint _closed
+    cdef object _subs             # weakref.WeakSet: its open subscriptions ...
+    cdef object _pubs             # ... and publishers, which reference the bus
+    cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
+    cdef bint _closed             # close() was called (it may still have work left)
+    cdef bint _ended              # ... and saw the zmq context end: nothing left to do
+    cdef int _fork_generation
+    cdef long _pid
+    cdef object __weakref__
 
     def __cinit__(self):
         self._c = NULL
+        self._fork_generation = _fork_generation
+        self._pid = os.getpid()
 
-    def __init__(self, io_threads=1, thread_factory=None):
+    def __init__(self, io_threads=1, thread_factory=None, max_sockets=None):
         cdef int err = 0
-        if not isinstance(io_threads, int) or isinstance(io_threads, bool):
-            raise TypeError(f"io_threads must be an int, not {type(io_threads).__name__}")
-        if not 0 <= io_threads <= 64:
-            raise ValueError(f"io_threads must be between 0 and 64, not {io_threads!r}")
+        cdef int rc
+        io_threads = int_arg(io_threads, "io_threads", 0, 64)
+        max_sockets = int_arg(max_sockets, "max_sockets", 2, _MAX_SOCKETS_LIMIT,
+                              "one is kept for closing the bus; None: libzmq's default",
+                              or_none=True)
         self._factory = _check_factory(thread_factory, "thread_factory")
-        self._subs = set()
-        self._pubs = set()
+        self._subs = weakref.WeakSet()
+        self._pubs = weakref.WeakSet()
+        self._async_subs = weakref.WeakSet()
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
             _check_rc(err, "Bus()")
+        if max_sockets is not None:
+            rc = uc_bus_set_max_sockets(self._c, max_sockets)
+            if rc != UC_OK:
+                raise ValueError(f"max_sockets={max_sockets!r} is refused by libzmq: "
+                                 f"{uc_strerror(rc, errno).decode('utf-8', 'replace')}")
         _open_buses.add(self)
         _install_exit_hook()
 
+    def __del__(self):
+        # Subscriptions and publishers reference their bus: when it goes, they
+        # have gone (each closed itself, with its own warning).
+        if self._c != NULL and not self._closed and self._fork_generation == _fork_generation:
+            warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
+                          ResourceWarning, source=self)
+
     def __dealloc__(self):
-        if self._c != NULL:
+        # A bus not closed (or whose close did not see the end) is closed
+        # without waiting: the context ends in the background.  In a forked
+        # child the C state is the parent's: left alone.
+        if self._c != NULL and self._fork_generation == _fork_generation:
             with nogil:
                 uc_bus_free(self._c)
-            self._c = NULL
+        self._c = NULL
 
     def __repr__(self):
-        state = "closed" if self._closed else f"{len(self._subs)} subscriptions, {len(self._pubs)} publishers"
+        if self._fork_generation != _fork_generation:
+            state = f"inherited from process {self._pid}"
+        elif self._closed:
+            state = "closed" if self._ended else "closing"
+        else:
+            state = f"{len(self._subs)} subscriptions, {len(self._pubs)} publishers"
         return f"<upcall.Bus {state}>"
 
     @property
     def closed(self):
-        return self._closed
+        """True once close() was called (always, for a Bus inherited across fork)."""
+        return self._closed or self._fork_generation != _fork_generation
+
+    @property
+    def max_sockets(self):
+        """libzmq's socket limit for this bus (ZMQ_MAX_SOCKETS); one of them is
+        kept free so that closing the bus never runs out."""
+        self._check_process()
+        return uc_bus_max_sockets(self._c)
+
+    cdef int _check_process(self) except -1:
+        if self._fork_generation != _fork_generation:
+            raise _inherited_error("Bus", self._pid)
+        return 0
 
     cdef _check_open(self):
+        self._check_process()
         if self._closed:
             raise ValueError("the bus is closed")
+
+    cdef _open_failed(self, int rc, int err, str what):
+        """Raise for a subscription or publisher that could not be opened
+        (``err``: errno right after the call)."""
+        if err == EMFILE and rc == UC_ERR_SYS:
+            raise OSError(EMFILE, (
+                f"{what}: too many sockets: this bus has max_sockets="
+                f"{uc_bus_max_sockets(self._c)}, one of which is kept free so that closing the "
+                "bus never runs out (a socket closed while its inproc connect still waits for a "
+                "bind keeps its slot); close some, or make the bus with Bus(max_sockets=...)"))
+        if err == EMFILE and rc == UC_ERR_ZMQ:
+            raise OSError(EMFILE, (
+                f"{what}: too many open sockets or files: libzmq refused a socket (this bus has "
+                f"max_sockets={uc_bus_max_sockets(self._c)}; sockets closed a moment ago or "
+                "still lingering keep their slot meanwhile) or the process ran out of file "
+                "descriptors"))
+        errno = err
+        _check_rc(rc, what)
 
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
-                  curve_server=None, curve_serverkey=None, curve_client=None):
+                  curve_server=None, curve_serverkey=None, curve_client=None,
+                  socket_options=None):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
-        ``target(msg)`` gets the decoded payload (``target(topic, msg)`` with
-        ``with_topic=True``).  ``kind``: "sub" (topic prefix filtering with
-        ``topics``) or "pull".  ``bind``: bind instead of connect.  ``batch``:
+        ``endpoint``: one endpoint, or a list/tuple of them: one socket bound
+        (or connected) to each, so one loop and one thread serve them all,
+        fair-queued between peers.  ``target(msg)`` gets the decoded payload
+        (``target(topic, msg)`` with ``with_topic=True``).  ``kind``: "sub"
+        (topic prefix filtering with ``topics``; none: nothing until
+        ``sub.subscribe(prefix)``) or "pull".  ``bind``: bind instead of
+        connect.  ``batch``:
         most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
         "thread" (a loop on a thread from ``thread_factory``) or "caller"
         (no thread: call ``poll()``).  ``on_error(exc, msg)`` receives
@@ -245,6 +435,9 @@ cdef class Bus:
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
         a fresh pair.
+        ``socket_options``: libzmq options by name, such as
+        ``{"heartbeat_ivl": 1000, "tcp_keepalive": 1}`` (libzmq's units:
+        milliseconds; README, Socket options).
         ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).
@@ -252,22 +445,54 @@ cdef class Bus:
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            GIL_ADOPT, None)
+            socket_options, GIL_ADOPT, None)
+
+    def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
+                        thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
+                        max_message_size=None, curve_server=None, curve_serverkey=None,
+                        curve_client=None, socket_options=None, queue_size=None):
+        """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
+
+        Call it from a coroutine: messages are delivered to the running event
+        loop, woken at most once per batch.  The keywords are those of
+        :meth:`subscribe` (a delivery thread from ``thread_factory`` receives
+        and decodes; ``on_error`` runs there); ``queue_size`` (None:
+        ``upcall.aio.DEFAULT_QUEUE_SIZE``) bounds the messages waiting for the
+        event loop: a full queue makes a ``kind="pull"`` subscription wait
+        (backpressure into zmq) and a ``kind="sub"`` one drop, counted in
+        ``stats["dropped"]``.  Returns an ``upcall.aio.AsyncSubscription``
+        (``async with`` closes it).  docs/asyncio.md.
+        """
+        from upcall.aio import AsyncSubscription   # asyncio only for those who use it
+        self._check_open()
+        asub = AsyncSubscription(self, endpoint, queue_size, dict(
+            topics=topics, kind=kind, bind=bind, batch=batch, thread_factory=thread_factory,
+            with_topic=with_topic, on_error=on_error, rcvhwm=rcvhwm,
+            max_message_size=max_message_size, curve_server=curve_server,
+            curve_serverkey=curve_serverkey, curve_client=curve_client,
+            socket_options=socket_options))
+        self._async_subs.add(asub)
+        return asub
 
     cdef Subscription _open_subscription(
             self, object endpoint, object target, object topics, object kind, object bind,
             object batch, object delivery, object thread_factory, object with_topic,
             object on_error, object rcvhwm, object max_message_size, object curve_server,
-            object curve_serverkey, object curve_client, int gil_mode, _Source source):
+            object curve_serverkey, object curve_client, object socket_options, int gil_mode,
+            _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
         socket on ``endpoint``; else ``source.open`` makes the loop)."""
         cdef uc_sub_opts o
         cdef int err = 0
         cdef Py_ssize_t i
+        cdef size_t failed = <size_t>-1     # set by a failed bind/connect
         cdef uc_frame *frames = NULL
+        cdef const char **ep_ptrs = NULL
+        cdef uc_sockopt *opt_array = NULL
         self._check_open()
-        ep = _endpoint_bytes(endpoint) if source is None else b""
+        ep_list = _endpoint_list(endpoint) if source is None else [endpoint]
+        ep_bytes = [(<str>e).encode("utf-8") for e in ep_list] if source is None else []
         target_kind = _target_kind(target)
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
@@ -275,12 +500,9 @@ cdef class Bus:
             raise ValueError(f"kind must be 'sub' or 'pull', not {kind!r}")
         if delivery not in ("thread", "caller"):
             raise ValueError(f"delivery must be 'thread' or 'caller', not {delivery!r}")
+        batch = int_arg(batch, "batch", 1, 1_000_000, f"None: {DEFAULT_BATCH}", or_none=True)
         if batch is None:
             batch = DEFAULT_BATCH
-        elif not isinstance(batch, int) or isinstance(batch, bool):
-            raise TypeError(f"batch must be an int or None, not {type(batch).__name__}")
-        elif not 1 <= batch <= 1_000_000:
-            raise ValueError(f"batch must be between 1 and 1000000, not {batch!r}")
         if isinstance(topics, (bytes, str)):
             raise TypeError("topics must be an iterable of bytes/str prefixes, "
                             "not a single bytes/str (wrap it in a list)")
@@ -290,21 +512,22 @@ cdef class Bus:
             raise TypeError(f"topics: {exc}") from None
         if kind == "pull" and topic_list not in ([], [b""]):
             raise ValueError("topics apply to kind='sub' only; a pull socket receives everything")
+        # A prefix given twice is one prefix: one unsubscribe() removes it.
+        topic_list = list(dict.fromkeys(topic_list)) if kind == "sub" else []
         factory = _check_factory(thread_factory, "thread_factory")
         if factory is None:
             factory = self._factory
-        mms = -1
-        if max_message_size is not None:
-            if not isinstance(max_message_size, int) or isinstance(max_message_size, bool):
-                raise TypeError("max_message_size must be an int or None")
-            if max_message_size < 1:
-                raise ValueError(f"max_message_size must be >= 1, not {max_message_size!r}")
-            mms = max_message_size
-        curve = _curve_keys(endpoint, curve_server, curve_serverkey, curve_client)
+        mms = int_arg(max_message_size, "max_message_size", 1, 2 ** 63 - 1,
+                      "None: no limit", or_none=True)
+        if mms is None:
+            mms = -1
+        curve = _curve_keys(ep_list, curve_server, curve_serverkey, curve_client)
+        sockopts = _socket_options(socket_options)
 
-        cdef Subscription sub = Subscription.__new__(Subscription)
+        cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
-        sub.endpoint = endpoint
+        sub.endpoint = ep_list[0]
+        sub.endpoints = tuple(ep_list)
         sub._source = source
         sub._target = target
         sub._on_error = on_error
@@ -312,6 +535,7 @@ cdef class Bus:
         sub._with_topic = bool(with_topic)
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
+        sub._pull = kind == "pull"
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
@@ -319,7 +543,7 @@ cdef class Bus:
 
         memset(&o, 0, sizeof(o))
         o.kind = UC_SUB if kind == "sub" else UC_PULL
-        o.endpoint = ep
+        o.failed_endpoint = &failed
         o.bind = 1 if bind else 0
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
@@ -327,9 +551,23 @@ cdef class Bus:
         _fill_curve(&o.curve, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
+        opt_array = _sockopt_array(sockopts)
+        o.sockopts = opt_array
+        o.n_sockopts = len(sockopts)
+        if ep_bytes:
+            ep_ptrs = <const char **>malloc(len(ep_bytes) * sizeof(const char *))
+            if ep_ptrs == NULL:
+                free(opt_array)
+                raise MemoryError()
+            for i, e in enumerate(ep_bytes):
+                ep_ptrs[i] = <const char *>(<bytes>e)
+            o.endpoints = ep_ptrs
+            o.n_endpoints = len(ep_bytes)
         if kind == "sub":
             frames = <uc_frame *>malloc(max(1, len(topic_list)) * sizeof(uc_frame))
             if frames == NULL:
+                free(ep_ptrs)
+                free(opt_array)
                 raise MemoryError()
             for i, t in enumerate(topic_list):
                 frames[i].data = <const char *>(<bytes>t)
@@ -352,31 +590,45 @@ cdef class Bus:
                 o.start_ctx = <void *>sub
                 _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
             Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
+        cdef int open_errno = 0
         try:
             if source is None:
                 sub._c = uc_sub_open(self._c, &o, &err)
             else:
                 sub._c = source.open(self._c, &o, &err)
+            open_errno = errno
         finally:
             free(frames)
+            free(ep_ptrs)
+            free(opt_array)
         if sub._c == NULL:
             sub._st.owner = NULL
             if not sub._caller:
                 Py_DECREF(sub)         # the loop will never run
             if sub._start_error is not None:
                 raise sub._start_error
-            _check_rc(err, f"subscribe({endpoint!r})")
+            if len(ep_list) > 1 and failed < <size_t>len(ep_list):
+                self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}")
+            self._open_failed(err, open_errno, f"subscribe({endpoint!r})")
         self._subs.add(sub)
         return sub
 
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
-                  curve_server=None, curve_serverkey=None, curve_client=None):
+                  curve_server=None, curve_serverkey=None, curve_client=None,
+                  default=None, encoder=None, socket_options=None):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
         mark (0: no limit).  ``linger``: seconds that unsent messages may keep
-        the socket open at close.  ``curve_server``, ``curve_serverkey``,
+        the socket open at close (None or math.inf: until they are sent).  ``curve_server``, ``curve_serverkey``,
         ``curve_client``: CURVE encryption, as for :meth:`subscribe`.
+        ``default(obj)``: called by the built-in encoder for an object of a
+        type it does not know; returns something it can pack (msgpack's
+        ``default``, msgspec's ``enc_hook``).  ``encoder(obj) -> bytes``: a
+        complete replacement of the built-in encoder (e.g.
+        ``msgspec.msgpack.Encoder().encode``); it must return a bytes-like
+        object.
+        ``socket_options``: libzmq options by name, as for :meth:`subscribe`.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -384,7 +636,15 @@ cdef class Bus:
         ep = _endpoint_bytes(endpoint)
         if kind not in ("pub", "push"):
             raise ValueError(f"kind must be 'pub' or 'push', not {kind!r}")
-        curve = _curve_keys(endpoint, curve_server, curve_serverkey, curve_client)
+        if default is not None and not callable(default):
+            raise TypeError(f"default must be callable or None, not {type(default).__name__}")
+        if encoder is not None and not callable(encoder):
+            raise TypeError(f"encoder must be callable or None, not {type(encoder).__name__}")
+        if default is not None and encoder is not None:
+            raise TypeError("give default= (a hook of the built-in encoder) or encoder= (a "
+                            "replacement of it), not both: pass the hook to your encoder")
+        curve = _curve_keys([endpoint], curve_server, curve_serverkey, curve_client)
+        sockopts = _socket_options(socket_options)
         memset(&o, 0, sizeof(o))
         o.kind = UC_PUB if kind == "pub" else UC_PUSH
         o.endpoint = ep
@@ -392,13 +652,19 @@ cdef class Bus:
         o.sndhwm = _hwm(sndhwm, "sndhwm")
         o.linger_ms = _timeout_ms(linger, "linger")
         _fill_curve(&o.curve, curve)
-        cdef Publisher pub = Publisher.__new__(Publisher)
+        cdef Publisher pub = Publisher.__new__(Publisher, _MADE_HERE)
         pub._bus = self
         pub.endpoint = endpoint
-        pub._encoder = Encoder()
-        pub._c = uc_pub_open(self._c, &o, &err)
+        pub._encoder = Encoder(default=default)
+        pub._encode = encoder
+        o.sockopts = _sockopt_array(sockopts)
+        o.n_sockopts = len(sockopts)
+        try:
+            pub._c = uc_pub_open(self._c, &o, &err)
+        finally:
+            free(<void *>o.sockopts)
         if pub._c == NULL:
-            _check_rc(err, f"publisher({endpoint!r})")
+            self._open_failed(err, errno, f"publisher({endpoint!r})")
         self._pubs.add(pub)
         return pub
 
@@ -407,33 +673,70 @@ cdef class Bus:
         self._pubs.discard(obj)
 
     def close(self, timeout=None):
-        """Close every subscription (waiting up to ``timeout`` seconds for
-        each) and publisher, then the zmq context.  Safe from inside a target."""
-        if self._closed:
+        """Close every subscription and publisher, then the zmq context.
+
+        In this order: every send blocked on one of the bus's publishers is
+        woken (it raises ValueError, "the bus was closed"), every
+        subscription is asked to stop, then each is waited for, the
+        publishers are closed (with ``timeout``, their linger is cut to the
+        time left), and the context is waited for.  ``timeout`` (seconds,
+        None: no limit) bounds the whole; TimeoutError if a target is still
+        running or unsent messages still linger then.  Safe from inside a
+        target: the context then ends when that target's loop does.  An
+        interrupted or timed-out close leaves the bus closing: close() again
+        (or exit) finishes it.
+        """
+        cdef int total_ms = _timeout_ms(timeout, "timeout")
+        cdef Subscription sub
+        cdef Publisher pub
+        cdef uc_bus *c = self._c
+        self._check_process()
+        if self._ended:
             return
+        deadline = None if total_ms < 0 else time.monotonic() + total_ms / 1000.0
         self._closed = True
-        _open_buses.discard(self)
-        cdef uc_bus *c
+        uc_bus_shutdown(c)
         subs = list(self._subs)
+        for sub in subs:
+            sub._request_stop()
         errors = []
+        # Async subscriptions before the others: closing one also ends its
+        # consumer's iteration (its Subscription is among subs, already done then).
+        for asub in list(self._async_subs):
+            try:
+                asub.close(None if deadline is None else _ms_left(deadline) / 1000.0)
+            except TimeoutError as exc:
+                errors.append(exc)
         for sub in subs:
             try:
-                sub.close(timeout)
+                sub.close(None if deadline is None else _ms_left(deadline) / 1000.0)
             except TimeoutError as exc:
                 errors.append(exc)
         for pub in list(self._pubs):
-            pub.close()
-        # Shut the context down now.  It is terminated once its last socket
-        # is closed: at once, or, for a loop that is still running (closed
-        # from inside its own target, or stuck), when that loop ends.
-        c = self._c
-        self._c = NULL
-        with nogil:
-            uc_bus_free(c)
+            pub._close_lingering_at_most(_ms_left(deadline))
         if errors:
+            # The stuck loops end the context when they let go of it.
+            with nogil:
+                uc_bus_close(c, 0)
             raise TimeoutError(f"{len(errors)} subscription(s) did not stop: {errors[0]}")
+        for sub in subs:
+            if sub._c != NULL and not uc_sub_finished(sub._c):
+                # Called from inside this target: its loop ends (and lets the
+                # context go) once the target returns, which cannot be waited
+                # for here.
+                with nogil:
+                    uc_bus_close(c, 0)
+                return
+        wait_ms = -1 if deadline is None else _ms_left(deadline) + _LINGER_END_MS
+        if not _in_signal_slices(None, _bus_close_step, <void *>c, wait_ms):
+            raise TimeoutError(f"{self!r}: the zmq context did not end within {timeout} s: "
+                               "unsent messages of publishers closed before still linger; "
+                               "close() again to wait longer")
+        self._ended = True
+        _open_buses.discard(self)
 
     def __enter__(self):
+        self._check_process()
         return self
 
     def __exit__(self, *exc_info):
@@ -460,7 +763,7 @@ cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, 
         endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
         kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
         kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        gil_mode, source)
+        kw["socket_options"], gil_mode, source)
 
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):

@@ -21,6 +21,7 @@ cdef class Encoder:
     cdef bint _busy                # _buf in use (re-entrant call: use a temporary)
     cdef Py_ssize_t _max_depth
     cdef int _small_streak         # encodes in a row much smaller than a big _buf
+    cdef object _default           # default=: called with an object of a type it cannot pack, or None
     # Append obj's encoding to w (w is not reset).  -1 with an exception set
     # (TypeError, OverflowError, ValueError for too deep, MemoryError).
     cdef int pack_into(self, object obj, mp_writer *w) except -1

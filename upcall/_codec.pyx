@@ -16,6 +16,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t
 
 from upcall.includes.msgpack cimport *
+from upcall._arguments cimport int_arg
 
 import datetime as _dt
 
@@ -138,8 +139,7 @@ cdef class Timestamp:
                             f"{type(seconds).__name__} and {type(nanoseconds).__name__}")
         if not -(1 << 63) <= seconds < (1 << 63):
             raise OverflowError(f"Timestamp: seconds={seconds} outside the int64 range")
-        if not 0 <= nanoseconds <= 999999999:
-            raise ValueError(f"Timestamp: nanoseconds={nanoseconds} not in 0..999999999")
+        int_arg(nanoseconds, "Timestamp: nanoseconds", 0, 999_999_999)
         self.seconds = seconds
         self.nanoseconds = nanoseconds
 
@@ -203,10 +203,9 @@ cdef class ExtType:
     (not -1) and the raw payload bytes."""
 
     def __init__(self, code, data):
-        if not isinstance(code, int):
-            raise TypeError(f"ExtType: code must be int, not {type(code).__name__}")
-        if not -128 <= code <= 127 or code == -1:
-            raise ValueError(f"ExtType: code={code} not in -128..127 (-1 is the timestamp, use Timestamp)")
+        code = int_arg(code, "ExtType: code", -128, 127, "except -1: the timestamp, use Timestamp")
+        if code == -1:
+            raise ValueError("ExtType: code -1 is the timestamp extension: use Timestamp")
         if isinstance(data, bytes):
             data = bytes(data) if type(data) is not bytes else data
         elif isinstance(data, (bytearray, memoryview)):
@@ -256,33 +255,41 @@ ucd_make_error = _make_error
 
 # ---------------------------------------------------------------- argument checks
 
+cdef object _check_default(object default, str where):
+    if default is not None and not callable(default):
+        raise TypeError(f"{where}: default must be callable or None, not {type(default).__name__}")
+    return default
+
+
 cdef Py_ssize_t _check_depth(object value, str where) except -1:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{where}: max_depth must be an int, not {type(value).__name__}")
-    if not 0 <= value <= _MAX_DEPTH_LIMIT:
-        raise ValueError(f"{where}: max_depth={value} not in 0..{_MAX_DEPTH_LIMIT}")
-    return value
+    return int_arg(value, f"{where}: max_depth", 0, _MAX_DEPTH_LIMIT)
 
 
 # ---------------------------------------------------------------- Encoder
 
 cdef class Encoder:
-    """Reusable msgpack encoder: ``Encoder(*, max_depth=512).encode(obj) -> bytes``.
+    """Reusable msgpack encoder: ``Encoder(*, max_depth=512, default=None).encode(obj) -> bytes``.
 
     None, bool, int (int64/uint64 range, else OverflowError), float (as
     float64), str, bytes/bytearray/memoryview (bin), list/tuple (array), dict
-    (map), Timestamp and timezone-aware datetime (timestamp ext), ExtType.
-    Subclasses of these encode as their base type; anything else is a
-    TypeError.  Nesting deeper than max_depth (or a cycle) is a ValueError.
+    (map), Timestamp and timezone-aware datetime (timestamp ext), ExtType;
+    msgpack's ``Timestamp`` and ``ExtType`` and msgspec's ``msgpack.Ext``
+    too.  Subclasses of these encode as their base type.  Anything else goes
+    to ``default(obj)``, whose result is packed in its place (msgpack's
+    ``default``, msgspec's ``enc_hook``); without it, it is a TypeError.
+    Nesting deeper than max_depth (or a cycle, or a ``default`` that keeps
+    returning what it cannot convert) is a ValueError.
     """
 
     def __cinit__(self):
         mp_writer_init(&self._buf)
         self._busy = False
         self._max_depth = _DEFAULT_MAX_DEPTH
+        self._default = None
 
-    def __init__(self, *, max_depth=DEFAULT_MAX_DEPTH):
+    def __init__(self, *, max_depth=DEFAULT_MAX_DEPTH, default=None):
         self._max_depth = _check_depth(max_depth, "Encoder")
+        self._default = _check_default(default, "Encoder")
 
     def __dealloc__(self):
         mp_writer_free(&self._buf)
@@ -290,6 +297,11 @@ cdef class Encoder:
     @property
     def max_depth(self):
         return self._max_depth
+
+    @property
+    def default(self):
+        """The hook for types the encoder does not know, or None."""
+        return self._default
 
     def encode(self, obj):
         """Pack obj into a new bytes object."""
@@ -360,6 +372,8 @@ cdef int _hook_pack_other(PyObject *enc, PyObject *obj, mp_writer *w, Py_ssize_t
     if isinstance(o, list):
         return ucd_pack_list(enc, max_depth, obj, w, depth)
     if isinstance(o, tuple):
+        if _foreign_kind(t) == _FOREIGN_EXT:    # msgpack's ExtType is a namedtuple
+            return _pack_foreign_ext(o, w)
         return ucd_pack_tuple(enc, max_depth, obj, w, depth)
     if isinstance(o, (bytes, bytearray, memoryview)):
         return _pack_buffer(o, w)
@@ -370,10 +384,61 @@ cdef int _hook_pack_other(PyObject *enc, PyObject *obj, mp_writer *w, Py_ssize_t
         return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
     if isinstance(o, ExtType):
         return _pack_ext(<ExtType>o, w)
-    raise TypeError(f"upcall cannot pack an object of type {type(o).__qualname__!r}")
+    kind = _foreign_kind(t)
+    if kind == _FOREIGN_TIMESTAMP:
+        return _ck(mp_write_timestamp(w, o.seconds, o.nanoseconds))
+    if kind == _FOREIGN_EXT:
+        return _pack_foreign_ext(o, w)
+    default = (<Encoder>enc)._default
+    if default is None:
+        raise TypeError(f"upcall cannot pack an object of type {type(o).__qualname__!r} "
+                        "(pass default= to convert it)")
+    # The hook's result takes the object's place one level deeper, so a hook
+    # that keeps returning something it cannot convert ends at max_depth.
+    if depth >= max_depth:
+        raise ValueError(f"upcall: default= was called more than max_depth={max_depth} times "
+                         f"in a row (last for a {type(o).__qualname__!r}): does it return "
+                         "objects it cannot convert?")
+    converted = default(o)
+    return ucd_pack(enc, max_depth, <PyObject *>converted, w, depth + 1)
 
 
 ucd_pack_other = _hook_pack_other
+
+
+# Other libraries' timestamp and ext types, recognised by their type's module
+# and name (their packages are never imported here): msgpack's Timestamp
+# (.seconds, .nanoseconds) and ExtType (a (code, data) namedtuple), msgspec's
+# msgpack.Ext (.code, .data).
+cdef enum:
+    _FOREIGN_NONE = 0
+    _FOREIGN_TIMESTAMP = 1
+    _FOREIGN_EXT = 2
+
+cdef dict _FOREIGN_TYPES = {
+    ("msgpack.ext", "Timestamp"): _FOREIGN_TIMESTAMP,
+    ("msgpack.ext", "ExtType"): _FOREIGN_EXT,
+    ("msgspec.msgpack", "Ext"): _FOREIGN_EXT,
+}
+
+
+cdef int _foreign_kind(type t) except -1:
+    module = getattr(t, "__module__", None)
+    if not isinstance(module, str) or not module.startswith(("msgpack", "msgspec")):
+        return _FOREIGN_NONE
+    return _FOREIGN_TYPES.get((module, t.__qualname__), _FOREIGN_NONE)
+
+
+cdef int _pack_foreign_ext(object e, mp_writer *w) except -1:
+    cdef Py_buffer view
+    code = e[0] if isinstance(e, tuple) else e.code
+    if not isinstance(code, int) or not -128 <= code <= 127:
+        raise ValueError(f"upcall: {type(e).__qualname__} code {code!r} not in -128..127")
+    PyObject_GetBuffer(e[1] if isinstance(e, tuple) else e.data, &view, PyBUF_SIMPLE)
+    try:
+        return _ck(mp_write_ext(w, <int8_t>code, view.buf, <size_t>view.len))
+    finally:
+        PyBuffer_Release(&view)
 
 
 cdef int _pack_ext(ExtType e, mp_writer *w) except -1:
@@ -421,14 +486,9 @@ cdef class Decoder:
         if timestamp not in ("timestamp", "datetime"):
             raise ValueError(f"Decoder: timestamp={timestamp!r}, expected 'timestamp' or 'datetime'")
         depth = _check_depth(max_depth, "Decoder")
-        if max_len is None:
-            length = PY_SSIZE_T_MAX
-        elif not isinstance(max_len, int) or isinstance(max_len, bool):
-            raise TypeError(f"Decoder: max_len must be an int or None, not {type(max_len).__name__}")
-        elif max_len < 0:
-            raise ValueError(f"Decoder: max_len={max_len} must be >= 0")
-        else:
-            length = min(max_len, PY_SSIZE_T_MAX)
+        # No upper bound: beyond PY_SSIZE_T_MAX only the buffer's size limits.
+        max_len = int_arg(max_len, "Decoder: max_len", 0, None, "None: no limit", or_none=True)
+        length = PY_SSIZE_T_MAX if max_len is None else min(max_len, PY_SSIZE_T_MAX)
         cfg.ts_datetime = timestamp == "datetime"
         cfg.max_depth = depth
         cfg.max_len = length
@@ -484,9 +544,17 @@ cdef Encoder _default_encoder = Encoder()
 cdef Decoder _default_decoder = Decoder()
 
 
-def packb(obj):
-    """Pack obj to msgpack bytes (see Encoder for the supported types)."""
-    return _default_encoder._encode(obj)
+def packb(obj, *, default=None):
+    """Pack obj to msgpack bytes (see Encoder for the supported types).
+
+    ``default(o)`` is called for an object of a type the encoder does not
+    know and returns something it can pack instead.
+    """
+    if default is None:
+        return _default_encoder._encode(obj)
+    cdef Encoder encoder = Encoder.__new__(Encoder)
+    encoder._default = _check_default(default, "packb()")
+    return encoder._encode(obj)
 
 
 def unpackb(data, *, timestamp=None, max_depth=None, max_len=None):

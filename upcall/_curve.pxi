@@ -87,8 +87,9 @@ def curve_keypair():
     return (public[:40].decode("ascii"), secret[:40].decode("ascii"))
 
 
-cdef object _curve_keys(str endpoint, object server, object serverkey, object client):
-    """Resolve the CURVE keyword arguments of subscribe()/publisher().
+cdef object _curve_keys(list endpoints, object server, object serverkey, object client):
+    """Resolve the CURVE keyword arguments of subscribe()/publisher() for
+    their socket's endpoints (one role and one set of keys for all of them).
 
     None for a plain socket, else (serverkey, public, secret, is_server), all
     bytes (serverkey None for a server).
@@ -99,10 +100,11 @@ cdef object _curve_keys(str endpoint, object server, object serverkey, object cl
                              "the CURVE server to connect to)")
         return None
     _require_curve()
-    if endpoint.startswith("inproc://"):
-        # libzmq runs no security handshake on inproc: keys would be ignored.
-        raise ValueError("CURVE applies to tcp:// and ipc:// endpoints; libzmq does "
-                         f"no handshake on inproc:// (it never leaves the process): {endpoint!r}")
+    for endpoint in endpoints:
+        if endpoint.startswith("inproc://"):
+            # libzmq runs no security handshake on inproc: keys would be ignored.
+            raise ValueError("CURVE applies to tcp:// and ipc:// endpoints; libzmq does "
+                             f"no handshake on inproc:// (it never leaves the process): {endpoint!r}")
     if server is not None:
         if serverkey is not None:
             raise ValueError("curve_server and curve_serverkey are the two ends of a "

@@ -20,6 +20,33 @@ cdef class _TopicView:
             PyBuffer_Release(&self.view)
 
 
+cdef struct _send_args:
+    uc_pub *c
+    const Py_buffer *t
+    const char *data
+    size_t size
+
+
+cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
+    cdef _send_args *a = <_send_args *>arg
+    cdef int rc
+    with nogil:
+        rc = uc_pub_send(a.c, a.t.buf, <size_t>a.t.len, a.data, a.size, slice_ms)
+    if rc == UC_ERR_AGAIN:
+        return 0
+    _check_rc(rc, "send")
+    return 1
+
+
+cdef object _encoded(object encode, object obj):
+    """publisher(encoder=...): the encoder's payload for obj, checked to be bytes-like."""
+    payload = encode(obj)
+    if not PyObject_CheckBuffer(payload):
+        raise TypeError(f"the publisher's encoder returned {type(payload).__name__}; "
+                        "it must return a bytes-like object (bytes, bytearray, memoryview)")
+    return payload
+
+
 @cython.final
 cdef class Publisher:
     """A PUB or PUSH socket.  Made by :meth:`Bus.publisher`.
@@ -30,28 +57,45 @@ cdef class Publisher:
     cdef Bus _bus
     cdef readonly str endpoint
     cdef Encoder _encoder
+    cdef object _encode      # publisher(encoder=...): obj -> bytes-like, in place of _encoder
     cdef mp_writer _w
     cdef bint _writer_busy   # a send using _w has let the GIL go
     cdef int _in_flight      # sends running without the GIL
     cdef uc_pub *_closing    # closed while sends were in flight: the last one closes
+    cdef int _fork_generation
+    cdef long _pid
+    cdef object __weakref__  # the bus keeps a weak reference
 
-    def __cinit__(self):
+    def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
+        mp_writer_init(&self._w)
+        _made_here(token, "upcall.Publisher", "Bus.publisher() returns one")
         self._c = NULL
         self._closing = NULL
-        mp_writer_init(&self._w)
+        self._fork_generation = _fork_generation
+        self._pid = os.getpid()
+
+    def __del__(self):
+        if self._c != NULL and self._fork_generation == _fork_generation:
+            warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
+                          ResourceWarning, source=self)
+            self.close()
 
     def __dealloc__(self):
-        if self._c != NULL:
+        # In a forked child the socket is the parent's: left alone.
+        if self._c != NULL and self._fork_generation == _fork_generation:
             uc_pub_close(self._c)
-            self._c = NULL
+        self._c = NULL
         mp_writer_free(&self._w)
 
     def __repr__(self):
+        if self._fork_generation != _fork_generation:
+            return f"<upcall.Publisher {self.endpoint} inherited from process {self._pid}>"
         return f"<upcall.Publisher {self.endpoint}{' closed' if self._c == NULL else ''}>"
 
     @property
     def closed(self):
-        return self._c == NULL
+        """True once closed, and for a Publisher inherited across fork."""
+        return self._c == NULL or self._fork_generation != _fork_generation
 
     @property
     def last_endpoint(self):
@@ -64,64 +108,140 @@ cdef class Publisher:
     def send(self, topic, obj, *, timeout=None):
         """Encode ``obj`` as msgpack and send ``[topic, payload]``.
 
-        ``timeout``: None blocks while the high-water mark is reached, 0 never
-        blocks (BlockingIOError), a number of seconds blocks at most that long
-        (TimeoutError).
+        ``timeout``: None (or math.inf) blocks while the high-water mark is
+        reached, 0 never blocks (BlockingIOError), a number of seconds blocks
+        at most that long (TimeoutError).  A blocked send lets Ctrl-C in
+        (KeyboardInterrupt); the message is then not sent at all.
         """
         cdef int ms = _timeout_ms(timeout, "timeout")
         cdef _TopicView t = _TopicView(topic)
+        cdef mp_writer own
         self._check_open()
-        if self._writer_busy:
-            # Another thread is sending from our reusable buffer without the
-            # GIL: encode into a private one instead.
-            return self._send(t, self._encoder.encode(obj), ms)
-        self._w.len = 0
-        self._encoder.pack_into(obj, &self._w)
-        self._writer_busy = True
+        if self._encode is not None:
+            self._send_payload(t, _encoded(self._encode, obj), ms)
+            return
+        if not self._writer_busy:
+            # The shared buffer is claimed before packing: packing may run
+            # Python code (a tzinfo's utcoffset), and any other thread may
+            # send while it does.  No lock needed: check and claim happen
+            # under the GIL with nothing in between that could release it.
+            self._writer_busy = True
+            try:
+                self._w.len = 0
+                self._encoder.pack_into(obj, &self._w)
+                self._send_raw(t, self._w.data, self._w.len, ms)
+            finally:
+                self._writer_busy = False
+            return
+        # Another send holds the shared buffer (packing, or sending without
+        # the GIL): this one packs into its own.
+        mp_writer_init(&own)
         try:
-            self._send_raw(t, self._w.data, self._w.len, ms)
+            self._encoder.pack_into(obj, &own)
+            self._send_raw(t, own.data, own.len, ms)
         finally:
-            self._writer_busy = False
+            mp_writer_free(&own)
+
+    def send_async(self, topic, obj, *, timeout=None):
+        """Encode ``obj`` now; return an awaitable that sends ``[topic, payload]``
+        without ever blocking the event loop.
+
+        At the high-water mark it waits on the event loop (retrying with a
+        short backoff) while other coroutines run.  ``timeout``: None waits
+        until sent, 0 raises BlockingIOError if the message cannot go at once,
+        a number of seconds raises TimeoutError after that long.  Cancelling
+        the awaiting task leaves the message unsent.  See docs/asyncio.md.
+        """
+        _timeout_ms(timeout, "timeout")
+        _TopicView(topic)
+        self._check_open()
+        payload = _encoded(self._encode, obj) if self._encode is not None else self._encoder._encode(obj)
+        from upcall.aio import send_when_ready   # asyncio is imported only by those who use it
+        return send_when_ready(self, topic, payload, None if timeout is None else float(timeout))
+
+    def _try_send(self, topic, payload):
+        """For send_async: send ``[topic, payload]`` if that can be done now,
+        without waiting even for another thread's send.  True if sent."""
+        cdef _TopicView t = _TopicView(topic)
+        cdef Py_buffer view
+        cdef int rc
+        self._check_open()
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            rc = uc_pub_try_send(self._c, t.view.buf, <size_t>t.view.len,
+                                 view.buf, <size_t>view.len)
+        finally:
+            PyBuffer_Release(&view)
+        if rc == UC_ERR_AGAIN:
+            return False
+        _check_rc(rc, "send_async")
+        return True
 
     def send_packed(self, topic, payload, *, timeout=None):
-        """Send ``[topic, payload]`` where payload is already-encoded bytes."""
+        """Send ``[topic, payload]`` where payload is already-encoded bytes
+        (``timeout`` as for :meth:`send`)."""
         cdef int ms = _timeout_ms(timeout, "timeout")
         cdef _TopicView t = _TopicView(topic)
         self._check_open()
-        return self._send(t, payload, ms)
+        self._send_payload(t, payload, ms)
 
-    cdef _send(self, _TopicView t, object payload, int ms):
+    cdef int _send_payload(self, _TopicView t, object payload, int ms) except -1:
         cdef Py_buffer view
         try:
             PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
         except TypeError:
             raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
         try:
-            self._send_raw(t, <const char *>view.buf, <size_t>view.len, ms)
+            return self._send_raw(t, <const char *>view.buf, <size_t>view.len, ms)
         finally:
             PyBuffer_Release(&view)
 
     cdef int _send_raw(self, _TopicView t, const char *data, size_t size, int ms) except -1:
+        """Send one message; at the high-water mark wait in signal slices."""
         cdef int rc
         cdef uc_pub *c = self._c
+        cdef _send_args a
+        if c == NULL:
+            # Closed while the message was being packed (by Python code it ran).
+            self._check_open()
         self._in_flight += 1
-        with nogil:
-            rc = uc_pub_send(c, t.view.buf, <size_t>t.view.len, data, size, ms)
-        self._in_flight -= 1
-        if self._in_flight == 0 and self._closing != NULL:
-            c = self._closing
-            self._closing = NULL
+        try:
             with nogil:
-                uc_pub_close(c)
+                rc = uc_pub_send(c, t.view.buf, <size_t>t.view.len, data, size, 0)
+            if rc == UC_ERR_AGAIN and ms != 0:
+                # Each slice sends the whole message or nothing (the mark is
+                # checked on the first frame only, and a message's frames go
+                # out under one lock), so an interrupted send sent nothing.
+                a.c, a.t, a.data, a.size = c, &t.view, data, size
+                if _in_signal_slices(self, _send_step, &a, ms):
+                    rc = UC_OK
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._closing != NULL:
+                c = self._closing
+                self._closing = NULL
+                with nogil:
+                    uc_pub_close(c)
         return _check_rc(rc, "send", ms)
 
     cdef _check_open(self):
+        if self._fork_generation != _fork_generation:
+            raise _inherited_error("Publisher", self._pid)
         if self._c == NULL:
             raise ValueError("send on a closed publisher")
+
+    cdef _close_lingering_at_most(self, int max_ms):
+        """close(), lingering at most max_ms (-1: as configured): for a bus
+        closing by a deadline."""
+        if max_ms >= 0:
+            uc_pub_cap_linger(self._c if self._c != NULL else self._closing, max_ms)
+        self.close()
 
     def close(self):
         """Close the socket; pending messages linger up to the publisher's ``linger``."""
         cdef uc_pub *c = self._c
+        if self._fork_generation != _fork_generation:
+            raise _inherited_error("Publisher", self._pid)
         if c == NULL:
             return
         self._c = NULL
@@ -137,6 +257,8 @@ cdef class Publisher:
             self._bus._forget(self)
 
     def __enter__(self):
+        if self._fork_generation != _fork_generation:
+            raise _inherited_error("Publisher", self._pid)
         return self
 
     def __exit__(self, *exc_info):

@@ -8,56 +8,16 @@
 # queued, so a larger one adds no latency; it costs ~220 KB of frame pool.
 DEFAULT_BATCH = 1024
 
-# A long poll()/close()/wait() wakes at least this often to let signals (Ctrl-C) in.
-cdef int _SIGNAL_SLICE_MS = 200
-
-_STAT_NAMES = ("received", "delivered", "batches", "decode_errors",
-               "callback_errors", "dropped")
-
-
-cdef int _timeout_ms(object timeout, str name) except -2:
-    """None -> -1 (no limit); seconds -> whole milliseconds, rounded up."""
-    if timeout is None:
-        return -1
-    try:
-        t = float(timeout)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number of seconds or None, "
-                        f"not {type(timeout).__name__}") from None
-    if not t >= 0:
-        raise ValueError(f"{name} must be >= 0, not {timeout!r}")
-    return <int>min(math.ceil(t * 1000.0), 2 ** 31 - 1)
-
-
-# Steps of a wait in signal slices (see _in_signal_slices): run the C call for
-# at most slice_ms without the GIL; 1: done, 0: not yet.
-ctypedef int (*_slice_step)(Subscription sub, int slice_ms, void *arg) except -1
-
-
-cdef int _in_signal_slices(Subscription sub, _slice_step step, void *arg, int total_ms) except -1:
-    """Run ``step`` until it is done (1) or ``total_ms`` (-1: no limit) have
-    passed (0), in slices of at most _SIGNAL_SLICE_MS with signal handlers
-    run in between: Ctrl-C raises KeyboardInterrupt here, even while the C
-    core would wait for much longer."""
-    cdef int slice_ms
-    deadline = time.monotonic() + total_ms / 1000.0
-    while True:
-        slice_ms = _SIGNAL_SLICE_MS
-        if total_ms >= 0:
-            slice_ms = min(slice_ms, max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0)))
-        if step(sub, slice_ms, arg):
-            return 1
-        PyErr_CheckSignals()
-        if total_ms >= 0 and time.monotonic() >= deadline:
-            return 0
 
 
 cdef struct _poll_progress:
     size_t limit                  # max_messages (0: no limit)
     size_t done                   # messages handed to the target so far
+    bint started                  # a step has run
 
 
-cdef int _poll_step(Subscription sub, int slice_ms, void *arg) except -1:
+cdef int _poll_step(object owner, int slice_ms, void *arg) except -1:
+    cdef Subscription sub = <Subscription>owner
     cdef _poll_progress *p = <_poll_progress *>arg
     cdef size_t got = 0
     cdef int rc
@@ -65,15 +25,21 @@ cdef int _poll_step(Subscription sub, int slice_ms, void *arg) except -1:
         rc = uc_sub_poll(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
     p.done += got
     if sub._pending is not None:
+        # From the target or on_error; the rest of its batch waits in the
+        # core for the next poll.
         exc, sub._pending = sub._pending, None
         raise exc
     if rc == UC_ERR_CLOSED:
+        if not p.started:      # closed (by another thread) since poll() checked
+            raise ValueError("poll() on a closed subscription")
         return 1
+    p.started = True
     _check_rc(rc, "poll")
     return (p.limit != 0 and p.done >= p.limit) or sub._closed or uc_sub_finished(sub._c) != 0
 
 
-cdef int _close_step(Subscription sub, int slice_ms, void *arg) except -1:
+cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
+    cdef Subscription sub = <Subscription>owner
     cdef int rc
     with nogil:
         rc = uc_sub_close(sub._c, slice_ms)
@@ -83,13 +49,26 @@ cdef int _close_step(Subscription sub, int slice_ms, void *arg) except -1:
     return 1
 
 
-cdef int _wait_step(Subscription sub, int slice_ms, void *arg) except -1:
+cdef int _wait_step(object owner, int slice_ms, void *arg) except -1:
+    cdef Subscription sub = <Subscription>owner
     cdef int rc
     with nogil:
         rc = uc_sub_wait(sub._c, slice_ms)
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "wait")
+    return 1
+
+
+cdef int _topics_step(object owner, int slice_ms, void *arg) except -1:
+    cdef Subscription sub = <Subscription>owner
+    cdef uint64_t ticket = (<uint64_t *>arg)[0]
+    cdef int rc
+    with nogil:
+        rc = uc_sub_wait_topics(sub._c, ticket, slice_ms)
+    if rc == UC_ERR_TIMEOUT:
+        return 0
+    _check_rc(rc, "waiting for a topic change")
     return 1
 
 
@@ -113,6 +92,7 @@ cdef class Subscription:
     cdef loop_state _st
     cdef Bus _bus
     cdef readonly str endpoint
+    cdef readonly tuple endpoints
     cdef object _target
     cdef object _on_error
     cdef object _factory
@@ -125,43 +105,162 @@ cdef class Subscription:
     cdef str _thread_name
     cdef str _run_name
     cdef bytes _run_name_b        # NUL-terminated name for the native thread
-    cdef object _topics
+    cdef tuple _topics            # SUB prefixes as changed so far (made or queued)
+    cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
+    cdef bint _pull
     cdef _Source _source          # None: a zmq socket
+    cdef int _fork_generation
+    cdef long _pid
+    cdef object __weakref__       # the bus keeps a weak reference
 
-    def __cinit__(self):
+    def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
+        _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
         self._c = NULL
+        self._fork_generation = _fork_generation
+        self._pid = os.getpid()
+
+    def __del__(self):
+        # A thread-mode loop holds a reference to us while it runs: only a
+        # caller-mode subscription can go unclosed.
+        if self._c != NULL and not self.closed:
+            warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
+                          ResourceWarning, source=self)
+            try:
+                self.close()
+            except Exception:
+                pass                # no poll runs (it would hold a reference): cannot fail
 
     def __dealloc__(self):
-        if self._c != NULL:
-            # The loop holds a reference to us while it runs, so it has ended.
+        # The loop holds a reference to us while it runs, so it has ended.  In
+        # a forked child the C state is the parent's: left alone.
+        if self._c != NULL and self._fork_generation == _fork_generation:
             uc_sub_free(self._c)
-            self._c = NULL
+        self._c = NULL
         free(self._st.selected)
         self._st.selected = NULL
 
     def __repr__(self):
-        state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
-        return f"<upcall.Subscription {self.endpoint} topics={list(self._topics)!r} {state}>"
+        if self._fork_generation != _fork_generation:
+            state = f"inherited from process {self._pid}"
+        else:
+            state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
+        return f"<upcall.Subscription {','.join(self.endpoints)} topics={list(self._topics)!r} {state}>"
+
+    cdef int _check_process(self) except -1:
+        if self._fork_generation != _fork_generation:
+            raise _inherited_error("Subscription", self._pid)
+        return 0
+
+    cdef _request_stop(self):
+        """Ask the loop to stop without waiting for it (Bus.close asks every
+        loop first, so that no wait depends on a loop not asked yet)."""
+        if self._c == NULL:
+            return
+        self._closed = True
+        with nogil:
+            uc_sub_close(self._c, 0)
 
     @property
     def closed(self):
-        """True once close() was called or delivery ended (StopDelivery)."""
-        return self._closed or (self._c != NULL and uc_sub_finished(self._c))
+        """True once close() was called or delivery ended (StopDelivery), and
+        for a Subscription inherited across fork."""
+        if self._fork_generation != _fork_generation:
+            return True
+        return bool(self._closed or (self._c != NULL and uc_sub_finished(self._c)))
 
     @property
     def stats(self):
-        """Counters: received, delivered, batches, decode_errors, callback_errors, dropped."""
+        """Counters: received, delivered, filtered, batches, decode_errors,
+        callback_errors, dropped (docs/wire.md, "What is counted where")."""
         cdef uc_stats s
+        self._check_process()
         uc_sub_stats(self._c, &s)
-        return {"received": s.received, "delivered": s.delivered, "batches": s.batches,
-                "decode_errors": s.decode_errors, "callback_errors": s.callback_errors,
-                "dropped": s.dropped}
+        return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
+                "batches": s.batches, "decode_errors": s.decode_errors,
+                "callback_errors": s.callback_errors, "dropped": s.dropped}
 
     @property
     def last_endpoint(self):
-        """The endpoint as bound or connected (a tcp port 0 or * resolved)."""
+        """The endpoint as bound or connected (a tcp port 0 or * resolved);
+        the first one of a subscription on several (see last_endpoints)."""
         cdef const char *ep = uc_sub_last_endpoint(self._c)
         return ep.decode("utf-8", "replace") if ep != NULL and ep[0] else self.endpoint
+
+    @property
+    def last_endpoints(self):
+        """Every endpoint as bound or connected, in the order of ``endpoints``."""
+        cdef const char *ep
+        cdef Py_ssize_t i
+        if self._source is not None:
+            return (self.last_endpoint,)
+        resolved = []
+        for i in range(len(self.endpoints)):
+            ep = uc_sub_endpoint(self._c, <size_t>i)
+            resolved.append(ep.decode("utf-8", "replace") if ep != NULL else self.endpoints[i])
+        return tuple(resolved)
+
+    @property
+    def topics(self):
+        """The SUB socket's topic prefixes (bytes), in the order they were
+        added, with every subscribe()/unsubscribe() so far; () for PULL,
+        which has no prefixes and receives every message."""
+        return self._topics
+
+    def subscribe(self, topic, timeout=None):
+        """Add the topic prefix ``topic`` (bytes, or str as UTF-8) while
+        delivery runs.  SUB only.
+
+        The change is made on the socket's own thread: at once when called
+        from a target, or in caller mode while no poll() runs; otherwise the
+        loop is woken and makes it before its next batch.  Returns once it is
+        made.  As with any SUB socket, the publisher learns of the new prefix
+        asynchronously: its messages start arriving shortly after.  Adding a
+        prefix that is already there changes nothing.  ``timeout`` (seconds,
+        None: no limit): TimeoutError if a target is still running then; the
+        change stays queued, is made before the next batch, and ``topics``
+        shows it already.  ValueError for PULL or once closed.
+        """
+        self._change_topic(topic, True, timeout, "subscribe")
+
+    def unsubscribe(self, topic, timeout=None):
+        """Remove the topic prefix ``topic`` while delivery runs.  SUB only.
+
+        Made like subscribe()'s changes; once it returns, the socket itself
+        drops messages that only this prefix matched (called from a target,
+        the rest of the batch being delivered was taken before and still
+        comes).  Removing a prefix that is not there changes nothing.
+        """
+        self._change_topic(topic, False, timeout, "unsubscribe")
+
+    cdef _change_topic(self, object topic, bint add, object timeout, str what):
+        cdef int total_ms = _timeout_ms(timeout, "timeout")
+        cdef uint64_t ticket = 0
+        cdef int rc
+        t = _topic_bytes(topic)
+        if self._pull or self._source is not None:
+            raise ValueError(f"{what}() is for kind='sub' subscriptions; a pull socket has no "
+                             "topics: it receives every message")
+        if self.closed:
+            raise ValueError(f"{what}() on a closed subscription")
+        if add != (t in self._topics):
+            # Queued with the GIL held, so that the order of the changes
+            # queued is the order of the updates to _topics.
+            if add:
+                rc = uc_sub_subscribe(self._c, <const char *>t, len(t), &ticket)
+            else:
+                rc = uc_sub_unsubscribe(self._c, <const char *>t, len(t), &ticket)
+            _check_rc(rc, f"{what}({topic!r})")
+            self._topic_ticket = ticket
+            if add:
+                self._topics = self._topics + (t,)
+            else:
+                self._topics = tuple(x for x in self._topics if x != t)
+        # Nothing to change: still return only once what topics shows is made.
+        ticket = self._topic_ticket
+        if ticket and not _in_signal_slices(self, _topics_step, &ticket, total_ms):
+            raise TimeoutError(
+                f"{what}({topic!r}) was not made within {timeout} s: a target is still "
+                "running; the change stays queued and is made before the next batch")
 
     @property
     def thread_name(self):
@@ -171,24 +270,32 @@ cdef class Subscription:
     def poll(self, timeout=None, max_messages=None):
         """Caller mode: receive and deliver on this thread.
 
-        Returns after ``timeout`` seconds (None: no limit), once
+        Returns after ``timeout`` seconds (None or math.inf: no limit), once
         ``max_messages`` were delivered, when a target raised StopDelivery,
         or when the subscription is closed.  Returns the number of messages
         handed to the target.  Wakes at least every 200 ms for signals, so
         Ctrl-C raises KeyboardInterrupt here.
+
+        A KeyboardInterrupt, SystemExit or GeneratorExit raised by the target
+        or by ``on_error`` propagates out of poll(); the subscription stays
+        open and the messages after the interrupted one are delivered first
+        by the next poll() (the interrupted one counts as a callback error).
+        On a subscription that is closed or has ended (StopDelivery, the end
+        of its source) poll() raises ValueError.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
         cdef _poll_progress progress
+        self._check_process()
         if not self._caller:
             raise ValueError("poll() is for delivery='caller' subscriptions; "
                              "this one delivers on its own thread")
-        if self._closed:
+        if self.closed:
             raise ValueError("poll() on a closed subscription")
-        progress.limit = progress.done = 0
-        if max_messages is not None:
-            if max_messages < 1:
-                raise ValueError(f"max_messages must be >= 1, not {max_messages!r}")
-            progress.limit = max_messages
+        max_messages = int_arg(max_messages, "max_messages", 1, 2 ** 63 - 1, "None: no limit",
+                               or_none=True)
+        progress.limit = max_messages or 0
+        progress.done = 0
+        progress.started = False
         _in_signal_slices(self, _poll_step, &progress, total_ms)
         return progress.done
 
@@ -196,6 +303,7 @@ cdef class Subscription:
         """Wait for the loop to end by itself (StopDelivery, the end of its
         source) without stopping it; True if it has ended.  Thread mode only."""
         cdef int total_ms = _timeout_ms(timeout, "timeout")
+        self._check_process()
         if self._c == NULL:
             return True
         if self._caller:
@@ -212,6 +320,7 @@ cdef class Subscription:
         stuck; calling close() again waits again.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
+        self._check_process()
         if self._c == NULL:
             return
         self._closed = True
@@ -223,30 +332,39 @@ cdef class Subscription:
             self._bus._forget(self)
 
     def __enter__(self):
+        self._check_process()
         return self
 
     def __exit__(self, *exc_info):
         self.close()
 
     cdef int _report(self, BaseException exc, object msg) noexcept:
-        """Route an exception from decoding or from the target; non-zero stops."""
+        """Route an exception from decoding or from the target; returns the
+        verdict for the core (UC_DELIVER_MORE: delivery goes on)."""
         if not isinstance(exc, Exception):
-            # KeyboardInterrupt, SystemExit...: in caller mode they belong to
-            # the caller, so poll() re-raises them.  On a delivery thread they
-            # end this subscription after being reported.
-            if self._caller:
-                self._pending = exc
-                return 1
-            _write_unraisable(exc, self)
-            return 1
+            return self._interrupted(exc)
         if self._on_error is not None:
             try:
                 self._on_error(exc, msg)
-                return 0
+                return UC_DELIVER_MORE
             except StopDelivery:
-                return 1
+                return UC_DELIVER_STOP
             except BaseException as handler_exc:
+                if not isinstance(handler_exc, Exception):
+                    return self._interrupted(handler_exc)
                 _write_unraisable(handler_exc, self._on_error)
-                return 0
+                return UC_DELIVER_MORE
         _write_unraisable(exc, self)
-        return 0
+        return UC_DELIVER_MORE
+
+    cdef int _interrupted(self, BaseException exc) noexcept:
+        """KeyboardInterrupt, SystemExit, GeneratorExit... from the target or
+        from on_error.  In caller mode they belong to the caller: poll()
+        raises it, and the messages after this one stay for the next poll()
+        (UC_DELIVER_PAUSE).  On a delivery thread they end this subscription
+        after being reported; the rest of the batch is counted as dropped."""
+        if self._caller:
+            self._pending = exc
+            return UC_DELIVER_PAUSE
+        _write_unraisable(exc, self)
+        return UC_DELIVER_STOP

@@ -59,11 +59,7 @@ def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, 
         if name not in _SYNTHETIC_SUBSCRIBE_KWARGS:
             raise TypeError(f"unexpected keyword argument {name!r}: of subscribe()'s, a "
                             f"synthetic source takes only {', '.join(_SYNTHETIC_SUBSCRIBE_KWARGS)}")
-    if count is not None:
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise TypeError(f"count must be an int or None, not {type(count).__name__}")
-        if count < 1:
-            raise ValueError(f"count must be >= 1, not {count!r}")
+    count = int_arg(count, "count", 1, 2 ** 64 - 1, "None: no end", or_none=True)
     if payload is None:
         payload = _NIL
     elif isinstance(payload, (bytes, bytearray, memoryview)):
@@ -75,9 +71,9 @@ def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, 
             raise TypeError(f"rate must be a number of messages/s or None, not {type(rate).__name__}")
         if not 0 < rate < 1e12:
             raise ValueError(f"rate must be > 0, not {rate!r}")
+    backlog_max = int_arg(backlog_max, "backlog_max", 1, 2 ** 64 - 1, "None: no limit",
+                          or_none=True)
     if backlog_max is not None:
-        if not isinstance(backlog_max, int) or isinstance(backlog_max, bool) or backlog_max < 1:
-            raise ValueError(f"backlog_max must be an int >= 1 or None, not {backlog_max!r}")
         if rate is None:
             raise ValueError("backlog_max needs a rate (an unpaced source has no backlog)")
     if record_latency and (rate is None or count is None):

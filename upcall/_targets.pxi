@@ -4,13 +4,37 @@
 
 cdef int _target_kind(object target) except -1:
     if isinstance(target, NativeHandler):
+        _refuse_async((<NativeHandler>target).target, "the native handler's target")
         return TARGET_NATIVE
     if isinstance(target, Handler):
+        for method in ("on_message", "on_topic_message", "on_batch"):
+            _refuse_async(getattr(type(target), method), f"{type(target).__name__}.{method}")
         return TARGET_HANDLER
     if callable(target):
+        _refuse_async(target, "target")
         return TARGET_CALLABLE
     raise TypeError(f"target must be callable, an upcall.Handler or an "
                     f"upcall.native.NativeHandler, not {type(target).__name__}")
+
+
+cdef int _refuse_async(object f, str what) except -1:
+    """A delivery thread calls its target and would never await the coroutine
+    an async callable returns: such targets are refused, pointing to the
+    asyncio way of subscribing."""
+    if f is None:
+        return 0
+    # Cython's async def functions carry asyncio's old marker (which Cython
+    # imported to set it, so it is looked for only where it can be).
+    marker = getattr(sys.modules.get("asyncio.coroutines"), "_is_coroutine", None)
+    call = getattr(type(f), "__call__", None)   # an object whose __call__ is async
+    for c in (f, call):
+        if (inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c)
+                or (marker is not None and getattr(c, "_is_coroutine", None) is marker)):
+            raise TypeError(
+                f"{what} is an async callable ({f!r}): subscribe() calls it on a delivery "
+                "thread and could never await it. From a coroutine, use "
+                "`async for msg in bus.subscribe_async(endpoint, ...)` (docs/asyncio.md)")
+    return 0
 
 
 cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
@@ -27,49 +51,63 @@ cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
 
 
 cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch, size_t n,
-                          const size_t *idx) noexcept:
-    """Handler.batches: decode the batch into one list, then one on_batch call.
+                          const size_t *idx, size_t *done) noexcept:
+    """Handler.batches: decode the batch into lists, one on_batch call each.
 
-    A message that does not decode is reported (on_error) and left out of the
-    list.  An exception from on_batch is reported once, with the list, and
-    counts every message of the list as a callback error.
+    A message that does not decode is reported (on_error) where it stands:
+    on_batch first gets the messages decoded before it, so that a report
+    interrupted in caller mode (KeyboardInterrupt) leaves nothing decoded
+    and undelivered behind; the messages after it stay for the next poll().
+    An exception from on_batch is reported once, with the list, and counts
+    every message of the list as a callback error.  *done: how many of the
+    n were taken; returns the verdict for the core.
     """
-    cdef size_t i
+    cdef size_t i = 0
     cdef const uc_msg *m
     cdef list msgs = []
-    cdef uint64_t decode_errors = 0
-    cdef int stop = 0
+    cdef int verdict = UC_DELIVER_MORE
     cdef Decoder decoder = sub._decoder
     cdef bint with_topic = sub._with_topic
-    for i in range(n):
+    while i < n:
         m = batch + (idx[i] if idx != NULL else i)
         try:
             obj = _decode(decoder, m)
         except BaseException as exc:
-            decode_errors += 1
-            stop = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
+            if msgs:
+                verdict = _hand_list(sub, handler, msgs)
+                msgs = []
+                if verdict != UC_DELIVER_MORE:
+                    break
+            i += 1
+            uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
+            verdict = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
                 m.payload.data, <Py_ssize_t>m.payload.size))
-            if stop:
+            if verdict != UC_DELIVER_MORE:
                 break
             continue
         if with_topic:
             msgs.append((PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj))
         else:
             msgs.append(obj)
-    if decode_errors:
-        uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, decode_errors)
-    if stop or not msgs:
-        return stop
+        i += 1
+    if msgs:
+        verdict = _hand_list(sub, handler, msgs)
+    done[0] = i
+    return verdict
+
+
+cdef int _hand_list(Subscription sub, Handler handler, list msgs) noexcept:
+    """One on_batch call; every message of the list is counted once."""
+    cdef int verdict = UC_DELIVER_MORE
     try:
         handler.on_batch(msgs)
     except StopDelivery:
-        stop = 1
+        verdict = UC_DELIVER_STOP
         sub._closed = True
     except BaseException as exc:
         uc_sub_add_stat(sub._c, UC_STAT_CALLBACK_ERRORS, len(msgs))
         return sub._report(exc, msgs)
-    if idx == NULL:
-        uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, len(msgs))
+    uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, len(msgs))
     if sub._closed:
-        stop = 1
-    return stop
+        verdict = UC_DELIVER_STOP
+    return verdict

@@ -7,6 +7,11 @@
 #   python_threads   a daemon threading.Thread named upcall-<n>
 #   any callable     factory(run): it must arrange for run() to be called once
 #                    on another thread, e.g. ThreadPoolExecutor(...).submit
+#
+# A factory may fail (raise) at any point, also after arranging run():
+# subscribe() then raises the factory's exception at once, without waiting
+# for run(); a run() that comes anyway returns at once, and one that never
+# comes holds nothing (the core gives entry a ticket, not the subscription).
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef unsigned long pthread_t
@@ -81,13 +86,18 @@ cdef int _start_native(void *factory_ctx, void (*entry)(void *) noexcept nogil,
 
 cdef class _Run:
     """What a Python thread factory receives: call it once, on the thread that
-    should deliver.  It returns when the subscription's loop ends."""
+    should deliver.  It returns when the subscription's loop ends, or at once
+    if there is no loop to run any more (the factory raised, or the
+    subscription was closed before run() came)."""
     cdef void (*_entry)(void *) noexcept nogil
     cdef void *_arg
     cdef readonly str name
     cdef Subscription _sub
     cdef long _factory_thread   # the subscribing thread, while the factory runs
     cdef bint _refused          # the factory tried to run the loop synchronously
+
+    def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
+        _made_here(token, "upcall run", "subscribe() gives one to its thread factory")
 
     def __call__(self):
         if self._entry == NULL:
@@ -114,7 +124,7 @@ cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
                        void *arg) noexcept with gil:
     # factory_ctx: the Subscription, whose _factory is the Python callable.
     cdef Subscription sub = <Subscription>factory_ctx
-    cdef _Run run = _Run.__new__(_Run)
+    cdef _Run run = _Run.__new__(_Run, _MADE_HERE)
     run._entry = entry
     run._arg = arg
     run.name = sub._run_name

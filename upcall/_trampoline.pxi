@@ -17,6 +17,15 @@
 #
 # Nothing here runs Python once interpreter finalization has begun: the loop
 # is told to stop instead.
+#
+# Each call tells the core how many messages of the batch it took (bus.h,
+# uc_deliver_fn).  All of them, unless a KeyboardInterrupt, SystemExit or
+# GeneratorExit from the target or on_error interrupts a caller-mode batch:
+# the messages after the interrupted one are left to the core, which hands
+# them over first in the next poll() (UC_DELIVER_PAUSE), and poll() raises.
+# Every message taken is counted once: delivered, filtered (a native handler
+# did not select it), decode_errors or callback_errors; the core counts the
+# rest (received, dropped).
 
 cdef enum:
     GIL_ADOPT = 0
@@ -39,6 +48,11 @@ cdef struct loop_state:
     PyObject *native         # TARGET_NATIVE: the handler (Subscription._target keeps it)
     size_t *selected         # TARGET_NATIVE: room for `batch` indices (freed by the Subscription)
     uc_sub *c                # TARGET_NATIVE: for the stats, learnt under the GIL on the first batch
+    # TARGET_NATIVE, after a paused call: select() has seen the first
+    # `examined` messages of the next batch (the rest the core kept), and
+    # selected[:sel_n] are its choices among them, relative to that batch.
+    size_t examined
+    size_t sel_n
 
 
 cdef enum:
@@ -51,44 +65,89 @@ cdef inline bint _python_gone() noexcept nogil:
     return _exiting or uc_py_finalizing()
 
 
-cdef int _deliver(void *ctx, const uc_msg *batch, size_t n) noexcept nogil:
+cdef int _deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed) noexcept nogil:
     cdef loop_state *st = <loop_state *>ctx
-    cdef size_t i
-    cdef int stop = 0
-    cdef Py_ssize_t k
-    cdef const size_t *idx = NULL
     if _python_gone():
-        return 1
+        consumed[0] = 0
+        return UC_DELIVER_STOP
     if st.kind == TARGET_NATIVE:
-        # The native handler sees the raw views, GIL-free; Python is entered
-        # (once for the batch) only for what it selects.
-        if st.c == NULL:
-            if st.gil_mode == GIL_ADOPT and not st.adopted:
-                _adopt(st)
-            with gil:   # subscribe() has returned: its uc_sub is known
-                st.c = (<Subscription>st.owner)._c
+        return _deliver_native(st, batch, n, consumed)
+    return _upcall(st, batch, n, NULL, consumed)
+
+
+cdef int _deliver_native(loop_state *st, const uc_msg *batch, size_t n,
+                         size_t *consumed) noexcept nogil:
+    """A native handler's batch: select() sees the raw views without the GIL;
+    Python is entered (once for the batch) only for what it selects.  What it
+    passes over is counted as filtered when taken."""
+    cdef Py_ssize_t k
+    cdef size_t c = 0, done = 0, took, j
+    cdef int verdict = UC_DELIVER_MORE
+    if st.c == NULL:
+        if st.gil_mode == GIL_ADOPT and not st.adopted:
+            _adopt(st)
+        with gil:   # subscribe() has returned: its uc_sub is known
+            st.c = (<Subscription>st.owner)._c
+    if st.examined == 0:
         k = (<NativeHandler>st.native).select(batch, n, st.selected)
         if k < 0:
-            return 1
-        uc_sub_add_stat(st.c, UC_STAT_DELIVERED, n)
-        if k == 0:
-            return 0
-        idx = st.selected
-        n = <size_t>k
+            consumed[0] = 0     # the handler ends the subscription: all dropped
+            return UC_DELIVER_STOP
+        st.sel_n = <size_t>k
+        st.examined = n
+    # Else this batch is the rest of a paused one, handed over alone: its
+    # selection is known, and select() does not see a message twice.
+    if n > st.examined:
+        n = st.examined
+    while c < st.sel_n and st.selected[c] < n:
+        c += 1
+    if c:
+        verdict = _upcall(st, batch, c, st.selected, &done)
+    # Taken: everything, or up to the last selected message the target got.
+    if done == c:
+        took = n
+    elif done:
+        took = st.selected[done - 1] + 1
+    else:
+        took = 0
+    if took > done:
+        uc_sub_add_stat(st.c, UC_STAT_FILTERED, took - done)
+    st.examined -= took
+    if verdict == UC_DELIVER_STOP or st.examined == 0:
+        st.examined = st.sel_n = 0
+    else:
+        for j in range(done, st.sel_n):
+            st.selected[j - done] = st.selected[j] - took
+        st.sel_n -= done
+    consumed[0] = took
+    return verdict
+
+
+cdef int _upcall(loop_state *st, const uc_msg *batch, size_t n, const size_t *idx,
+                 size_t *done) noexcept nogil:
+    """Hand n messages (batch[idx[i]] with idx) to the target with the GIL:
+    once for all of them, or once per message (GIL_PER_UPCALL).  *done: how
+    many of the n were taken.  Returns the verdict for the core."""
+    cdef size_t i, one = 0
+    cdef int verdict = UC_DELIVER_MORE
     if st.gil_mode == GIL_PER_UPCALL:
+        done[0] = 0
         for i in range(n):
             with gil:
                 if idx != NULL:
-                    stop = _deliver_each(<Subscription>st.owner, batch, 1, idx + i)
+                    verdict = _deliver_each(<Subscription>st.owner, batch, 1, idx + i, &one)
                 else:
-                    stop = _deliver_each(<Subscription>st.owner, batch + i, 1, NULL)
-            if stop or _python_gone():
-                return 1
-        return 0
+                    verdict = _deliver_each(<Subscription>st.owner, batch + i, 1, NULL, &one)
+            done[0] += one
+            if verdict != UC_DELIVER_MORE:
+                return verdict
+            if _python_gone():
+                return UC_DELIVER_STOP
+        return UC_DELIVER_MORE
     if not st.adopted:
         _adopt(st)
     with gil:
-        return _deliver_each(<Subscription>st.owner, batch, n, idx)
+        return _deliver_each(<Subscription>st.owner, batch, n, idx, done)
 
 
 cdef inline void _adopt(loop_state *st) noexcept nogil:
@@ -121,16 +180,18 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
 
 
 cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
-                       const size_t *idx) noexcept:
+                       const size_t *idx, size_t *done) noexcept:
     """Decode n messages and call the target once for each, with the GIL held
-    (a Handler that takes batches: _deliver_as_list); non-zero stops the loop.
+    (a Handler that takes batches: _deliver_as_list).  *done: how many were
+    taken (each counted as delivered, a decode error or a callback error).
+    Returns the verdict for the core.
 
     idx: NULL, or the messages are batch[idx[0]], ..., batch[idx[n-1]] (what a
-    native handler selected; they were counted as delivered already).
+    native handler selected; with no target the selection is the delivery).
     """
     cdef size_t i = 0
     cdef uint64_t delivered = 0, decode_errors = 0, callback_errors = 0
-    cdef int stop = 0
+    cdef int verdict = UC_DELIVER_MORE
     cdef bint decoding = True
     cdef const uc_msg *m = batch
     cdef Decoder decoder = sub._decoder
@@ -141,12 +202,14 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     if sub._st.kind == TARGET_NATIVE:
         target = (<NativeHandler>target).target
         if target is None:
-            return 0
+            uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, n)
+            done[0] = n
+            return UC_DELIVER_MORE
     if isinstance(target, Handler):
         handler = <Handler>target
         if handler.batches:
-            return _deliver_as_list(sub, handler, batch, n, idx)
-    while i < n and not stop:
+            return _deliver_as_list(sub, handler, batch, n, idx, done)
+    while i < n and verdict == UC_DELIVER_MORE:
         # One try block per batch, not per message: the handler resumes the
         # loop after the message that failed.
         try:
@@ -168,34 +231,36 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
                 delivered += 1
                 i += 1
                 if sub._closed:    # closed by its own target: deliver no more
-                    stop = 1
+                    verdict = UC_DELIVER_STOP
                     break
         except StopDelivery:
             delivered += 1
-            stop = 1
+            i += 1
+            verdict = UC_DELIVER_STOP
             sub._closed = True
         except BaseException as exc:
             i += 1
             if decoding:
                 decode_errors += 1
-                stop = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
+                verdict = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
                     m.payload.data, <Py_ssize_t>m.payload.size))
             elif isinstance(exc, SystemExit) and not sub._caller:
                 # Ends this delivery thread's work silently, as SystemExit
                 # ends a threading.Thread (caller mode: poll() re-raises it).
                 delivered += 1
-                stop = 1
+                verdict = UC_DELIVER_STOP
                 sub._closed = True
             else:
                 callback_errors += 1
-                stop = sub._report(exc, obj)
-    if delivered and idx == NULL:
+                verdict = sub._report(exc, obj)
+    if delivered:
         uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, delivered)
     if decode_errors:
         uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, decode_errors)
     if callback_errors:
         uc_sub_add_stat(sub._c, UC_STAT_CALLBACK_ERRORS, callback_errors)
-    return stop
+    done[0] = i
+    return verdict
 
 
 cdef inline object _decode(Decoder decoder, const uc_msg *m):

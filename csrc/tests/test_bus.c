@@ -1,8 +1,10 @@
 /* Tests of the bus (bus.c): many sockets on one context, opened and closed
- * from several threads at once. */
+ * from several threads at once; the socket limit and the termination that
+ * never runs out of sockets. */
 #define _GNU_SOURCE
 #include "bus.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -145,12 +147,151 @@ static int test_fanout_push(void)
     return 0;
 }
 
+/* ---- the socket limit ------------------------------------------------- */
+
+enum { LIMIT = 8 };
+
+/* Open publishers on bus until it refuses; returns how many. */
+static int fill(uc_bus *bus, uc_pub **pubs, int cap, int bind, const char *prefix)
+{
+    int n = 0, err;
+    char ep[64];
+    for (; n < cap; n++) {
+        snprintf(ep, sizeof ep, "inproc://%s-%d", prefix, n);
+        uc_pub_opts po = pub_opts(UC_PUSH, ep, bind);
+        po.linger_ms = 0;
+        if (!(pubs[n] = uc_pub_open(bus, &po, &err))) {
+            if (err != UC_ERR_SYS || errno != EMFILE)
+                return -1;
+            break;
+        }
+    }
+    return n;
+}
+
+/* Connects that wait for a bind (open, then closed: libzmq keeps those
+ * sockets) fill the bus up to the one slot kept for closing; the bus then
+ * terminates without libzmq running out of sockets (it would abort). */
+static int limit_with_waiting_connects(int close_first)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    CHECK_EQ(uc_bus_set_max_sockets(bus, LIMIT), UC_OK);
+    CHECK_EQ(uc_bus_max_sockets(bus), LIMIT);
+    uc_pub *pubs[2 * LIMIT];
+    CHECK_EQ(fill(bus, pubs, 2 * LIMIT, 0, close_first ? "closed" : "open"), LIMIT - 1);
+    if (close_first) {
+        for (int i = 0; i < LIMIT - 1; i++)
+            uc_pub_close(pubs[i]);
+        /* Still held by libzmq: nothing bound their names. */
+        uc_pub_opts po = pub_opts(UC_PUB, "inproc://one-more", 1);
+        CHECK(!uc_pub_open(bus, &po, &err));
+        CHECK(err == UC_ERR_SYS && errno == EMFILE);
+    } else {
+        for (int i = 0; i < LIMIT - 1; i++)
+            uc_pub_close(pubs[i]);
+    }
+    CHECK_EQ(uc_bus_close(bus, WAIT_MS), UC_OK);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_limit_with_waiting_connects(void)
+{
+    return limit_with_waiting_connects(0);
+}
+
+static int test_limit_with_closed_waiting_connects(void)
+{
+    return limit_with_waiting_connects(1);
+}
+
+/* Binds and subscriptions count the same; a bind of a waited-for name gives
+ * the slots of the closed connects back. */
+static int test_limit_with_binds_and_subscriptions(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    CHECK_EQ(uc_bus_set_max_sockets(bus, LIMIT), UC_OK);
+    uc_pub *waiting[3];
+    for (int i = 0; i < 3; i++) {
+        uc_pub_opts po = pub_opts(UC_PUSH, "inproc://late", 0);
+        CHECK(waiting[i] = uc_pub_open(bus, &po, &err));
+    }
+    uc_pub *pubs[LIMIT];
+    CHECK_EQ(fill(bus, pubs, LIMIT, 1, "bound"), LIMIT - 1 - 3);
+    for (int i = 0; i < 3; i++)
+        uc_pub_close(waiting[i]);
+    uc_pub_close(pubs[0]);
+    /* One slot: a subscription binding the waited-for name. */
+    coll c;
+    coll_init(&c, 4);
+    uc_sub_opts so = sub_opts(UC_PULL, "inproc://late", 1, &c, 4);
+    uc_sub *s = uc_sub_open(bus, &so, &err);
+    CHECK(s);
+    /* Three slots are back (once the reaper has destroyed those sockets). */
+    uc_pub *more[3];
+    int n = 0;
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (n < 3) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "inproc://more-%d", n);
+        uc_pub_opts po = pub_opts(UC_PUB, ep, 1);
+        if ((more[n] = uc_pub_open(bus, &po, &err)))
+            n++;
+        else {
+            CHECK(errno == EMFILE);
+            CHECK(!passed(&d));
+            sleep_ms(1);
+        }
+    }
+    uc_pub_opts po = pub_opts(UC_PUB, "inproc://too-many", 1);
+    CHECK(!uc_pub_open(bus, &po, &err));
+    CHECK(err == UC_ERR_SYS && errno == EMFILE);
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    uc_sub_free(s);
+    coll_fini(&c);
+    for (int i = 1; i < LIMIT - 1 - 3; i++)
+        uc_pub_close(pubs[i]);
+    for (int i = 0; i < 3; i++)
+        uc_pub_close(more[i]);
+    CHECK_EQ(uc_bus_close(bus, WAIT_MS), UC_OK);
+    uc_bus_free(bus);
+    return 0;
+}
+
+static int test_set_max_sockets(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    CHECK_EQ(uc_bus_set_max_sockets(bus, 1), UC_ERR_ARG);  /* none left once one is kept */
+    CHECK_EQ(uc_bus_set_max_sockets(bus, 1 << 30), UC_ERR_ARG); /* above ZMQ_SOCKET_LIMIT */
+    CHECK_EQ(uc_bus_set_max_sockets(bus, 100), UC_OK);
+    uc_pub_opts po = pub_opts(UC_PUB, "inproc://first", 1);
+    uc_pub *p = uc_pub_open(bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(uc_bus_set_max_sockets(bus, 200), UC_ERR_ARG); /* too late: slots are made */
+    CHECK_EQ(uc_bus_max_sockets(bus), 100);
+    uc_pub_close(p);
+    CHECK_EQ(uc_bus_close(bus, WAIT_MS), UC_OK);
+    uc_bus_free(bus);
+    return 0;
+}
+
 int main(void)
 {
     if (fixtures_setup() != 0)
         return 2;
     run("many_subscriptions", test_many_subscriptions);
     run("fanout_push", test_fanout_push);
+    run("limit_with_waiting_connects", test_limit_with_waiting_connects);
+    run("limit_with_closed_waiting_connects", test_limit_with_closed_waiting_connects);
+    run("limit_with_binds_and_subscriptions", test_limit_with_binds_and_subscriptions);
+    run("set_max_sockets", test_set_max_sockets);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);

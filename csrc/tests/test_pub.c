@@ -1,10 +1,12 @@
 /* Tests of publishers (pub.c): the high-water mark, timeouts, blocked and
- * concurrent senders. */
+ * concurrent senders, sends that never wait, what wakes a blocked sender,
+ * the linger cap. */
 #define _GNU_SOURCE
 #include "bus.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <zmq.h>
 
 #include "check.h"
 #include "fixtures.h"
@@ -24,7 +26,7 @@ static int test_publisher(void)
     CHECK_EQ(uc_pub_send(p, "t", 1, "x", 1, 20), UC_ERR_AGAIN);
     CHECK_EQ(uc_pub_send(p, NULL, 1, "x", 1, 0), UC_ERR_ARG);
     uc_pub_close(p);
-    for (int code = UC_ERR_BUSY; code <= UC_OK; code++)
+    for (int code = UC_ERR_STOPPING; code <= UC_OK; code++)
         CHECK(uc_strerror(code, 0) && *uc_strerror(code, 0));
     return 0;
 }
@@ -110,12 +112,232 @@ static int test_publisher_hwm_and_threads(void)
     return 0;
 }
 
+static void *blocking_send_thread(void *p)
+{
+    sender *sd = p;
+    sd->rc = uc_pub_send(sd->pub, "b", 1, "blocked", 7, -1);
+    return NULL;
+}
+
+/* uc_pub_try_send never waits: not at the high-water mark, and not for a
+ * sender blocked there holding the socket (if it waited for that one, this
+ * test would hang: nothing drains until it returns). */
+static int test_try_send(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 256);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 32);
+    so.start = NULL;
+    so.rcvhwm = 4;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    po.sndhwm = 4;
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(uc_pub_try_send(p, NULL, 1, "x", 1), UC_ERR_ARG);
+    int queued = 0, rc;
+    while ((rc = uc_pub_try_send(p, "f", 1, "x", 1)) == UC_OK)
+        queued++;
+    CHECK_EQ(rc, UC_ERR_AGAIN);
+    CHECK(queued > 0 && queued <= 64);
+    sender sd = {.pub = p};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, blocking_send_thread, &sd) == 0);
+    sleep_ms(20);   /* let it block (if it has not yet, the mark says AGAIN anyway) */
+    CHECK_EQ(uc_pub_try_send(p, "f", 1, "x", 1), UC_ERR_AGAIN);
+    size_t total = 0, d;
+    while (total < (size_t)queued + 1) {
+        CHECK_EQ(uc_sub_poll(s, WAIT_MS, queued + 1 - total, &d), UC_OK);
+        total += d;
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ(sd.rc, UC_OK);
+    CHECK_EQ(uc_pub_try_send(p, "t", 1, "last", 4), UC_OK);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 1, &d), UC_OK);
+    CHECK_EQ(d, 1);
+    rec *r = &c.recs[c.n - 1];
+    CHECK(r->plen == 4 && memcmp(r->payload, "last", 4) == 0);
+    uc_pub_shutdown(p);
+    CHECK_EQ(uc_pub_try_send(p, "t", 1, "x", 1), UC_ERR_CLOSED);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* ---- what wakes a blocked sender -------------------------------------- */
+
+typedef struct {
+    uc_pub *pub;
+    atomic_int started;
+    atomic_int done;
+    int rc, err;
+} blocked_send;
+
+static void *blocked_send_thread(void *p)
+{
+    blocked_send *b = p;
+    atomic_store(&b->started, 1);
+    b->rc = uc_pub_send(b->pub, "t", 1, "x", 1, -1);
+    b->err = errno;
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* uc_bus_shutdown wakes a send blocked on one of the bus's publishers (with
+ * zmq's own word for it, ETERM) and refuses sends from then on; the context
+ * then ends once the publisher is closed. */
+static int test_bus_shutdown_wakes_a_blocked_send(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 1); /* bound, no peer: every send blocks */
+    uc_pub *p = uc_pub_open(bus, &po, &err);
+    CHECK(p);
+    blocked_send b = {.pub = p};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_send_thread, &b) == 0);
+    CHECK(wait_atomic(&b.started, 1));
+    sleep_ms(20); /* most likely blocked by now; woken or refused, the result is the same */
+    uc_bus_shutdown(bus);
+    CHECK(wait_atomic(&b.done, 1));
+    pthread_join(t, NULL);
+    CHECK_EQ(b.rc, UC_ERR_ZMQ);
+    CHECK_EQ(b.err, ETERM);
+    CHECK_EQ(uc_pub_send(p, "t", 1, "x", 1, 0), UC_ERR_ZMQ);
+    uc_pub_close(p);
+    CHECK_EQ(uc_bus_close(bus, WAIT_MS), UC_OK);
+    uc_bus_free(bus);
+    return 0;
+}
+
+/* A target sending on a full publisher, from inside deliver. */
+typedef struct {
+    uc_pub *pub;
+    atomic_int entered;
+    atomic_int rc;
+} sending_target;
+
+static int send_from_deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed)
+{
+    (void)batch;
+    (void)n;
+    (void)consumed; /* takes every message */
+    sending_target *st = ctx;
+    atomic_store(&st->entered, 1);
+    atomic_store(&st->rc, uc_pub_send(st->pub, "t", 1, "x", 1, -1));
+    return 0;
+}
+
+typedef struct {
+    uc_sub *sub;
+    int rc;
+} poller;
+
+static void *poll_thread(void *p)
+{
+    poller *pl = p;
+    size_t d;
+    pl->rc = uc_sub_poll(pl->sub, WAIT_MS, 1, &d);
+    return NULL;
+}
+
+/* Closing a subscription wakes a send blocked inside its own deliver
+ * (UC_ERR_STOPPING): the close does not wait for a peer that may never
+ * come.  A plain uc_sub_wake does not end the send. */
+static int sub_close_wakes_send_in_deliver(int caller_mode)
+{
+    char in_ep[64], out_ep[64];
+    bind_ep(T_INPROC, in_ep, sizeof in_ep);
+    bind_ep(T_INPROC, out_ep, sizeof out_ep);
+    int err;
+    uc_pub_opts oo = pub_opts(UC_PUSH, out_ep, 1); /* bound, no peer */
+    sending_target st = {.pub = uc_pub_open(g_bus, &oo, &err)};
+    atomic_init(&st.rc, 1);
+    CHECK(st.pub);
+    coll unused;
+    uc_sub_opts so = sub_opts(UC_PULL, in_ep, 1, &unused, 4);
+    so.deliver = send_from_deliver;
+    so.on_exit = NULL;
+    so.ctx = &st;
+    if (caller_mode)
+        so.start = NULL;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, in_ep, 0);
+    uc_pub *in = uc_pub_open(g_bus, &po, &err);
+    CHECK(in);
+    CHECK_EQ(send_str(in, "t", "go"), UC_OK);
+    poller pl = {.sub = s};
+    pthread_t t;
+    if (caller_mode)
+        CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
+    CHECK(wait_atomic(&st.entered, 1));
+    uc_sub_wake(s);
+    sleep_ms(20);
+    CHECK_EQ(atomic_load(&st.rc), 1); /* still blocked: a wake is not a close */
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    CHECK_EQ(atomic_load(&st.rc), UC_ERR_STOPPING);
+    if (caller_mode) {
+        pthread_join(t, NULL);
+        CHECK_EQ(pl.rc, UC_OK);
+    }
+    uc_sub_free(s);
+    uc_pub_close(in);
+    uc_pub_close(st.pub);
+    return 0;
+}
+
+static int test_sub_close_wakes_send_in_deliver(void)
+{
+    return sub_close_wakes_send_in_deliver(0);
+}
+
+static int test_sub_close_wakes_send_in_deliver_caller_mode(void)
+{
+    return sub_close_wakes_send_in_deliver(1);
+}
+
+/* uc_pub_cap_linger: a message that can never go (a tcp connect nobody
+ * accepts) no longer keeps the context for the publisher's linger (60 s,
+ * three times the wait below). */
+static int test_cap_linger(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    CHECK(bus);
+    uc_pub_opts po = pub_opts(UC_PUSH, "tcp://127.0.0.1:1", 0);
+    po.linger_ms = 3 * WAIT_MS;
+    uc_pub *p = uc_pub_open(bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(send_str(p, "t", "never delivered"), UC_OK);
+    uc_pub_cap_linger(p, 100);
+    uc_pub_cap_linger(p, 5000); /* a cap never raises the linger */
+    uc_pub_close(p);
+    CHECK_EQ(uc_bus_close(bus, WAIT_MS), UC_OK);
+    uc_bus_free(bus);
+    return 0;
+}
+
 int main(void)
 {
     if (fixtures_setup() != 0)
         return 2;
     run("publisher", test_publisher);
     run("publisher_hwm_and_threads", test_publisher_hwm_and_threads);
+    run("try_send", test_try_send);
+    run("bus_shutdown_wakes_a_blocked_send", test_bus_shutdown_wakes_a_blocked_send);
+    run("sub_close_wakes_send_in_deliver", test_sub_close_wakes_send_in_deliver);
+    run("sub_close_wakes_send_in_deliver_caller_mode", test_sub_close_wakes_send_in_deliver_caller_mode);
+    run("cap_linger", test_cap_linger);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);

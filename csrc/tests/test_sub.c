@@ -426,6 +426,138 @@ static int test_factories(void)
     return 0;
 }
 
+/* ---- factories that fail after arranging the entry, entries that never come */
+
+/* A thread factory that keeps the entry (KEEP: for the test to call, or
+ * never), or runs it at once on a thread of its own (RUN), and returns
+ * `rc`.  bus.h allows both orders with a failure. */
+enum { KEEP, RUN };
+typedef struct {
+    int how, rc;
+    void (*entry)(void *);
+    void *arg;
+    pthread_t thread;
+    atomic_int entered;
+} late_factory;
+
+static void *late_entry_thread(void *p)
+{
+    late_factory *f = p;
+    atomic_store(&f->entered, 1);
+    f->entry(f->arg);
+    return NULL;
+}
+
+static int late_start(void *fctx, void (*entry)(void *), void *arg)
+{
+    late_factory *f = fctx;
+    f->entry = entry;
+    f->arg = arg;
+    if (f->how == RUN) {
+        if (pthread_create(&f->thread, NULL, late_entry_thread, f) != 0)
+            return EAGAIN;
+        /* Let the entry take its subscription first, most of the time (the
+         * other order is as good: the test runs many times, either way). */
+        while (!atomic_load(&f->entered))
+            sleep_ms(1);
+        sleep_ms(1);
+    }
+    return f->rc;
+}
+
+/* Call a kept entry on a thread of its own and wait for it to return. */
+static int run_kept_entry(late_factory *f)
+{
+    CHECK(pthread_create(&f->thread, NULL, late_entry_thread, f) == 0);
+    CHECK(pthread_join(f->thread, NULL) == 0);
+    return 0;
+}
+
+/* A factory that fails after arranging the entry, before or after it runs:
+ * open fails at once with UC_ERR_THREAD, on_exit is not called, the socket
+ * is closed (the endpoint binds again), the entry returns at once, early or
+ * late, and one that never comes holds nothing (LeakSanitizer checks). */
+static int test_factory_fails_after_arranging(void)
+{
+    coll c;
+    coll_init(&c, 1);
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 8);
+    so.start = late_start;
+    int err;
+    for (int i = 0; i < 20; i++) {
+        late_factory f = {.how = RUN, .rc = EAGAIN};
+        so.start_ctx = &f;
+        CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+        CHECK_EQ(err, UC_ERR_THREAD);
+        CHECK(pthread_join(f.thread, NULL) == 0); /* the entry returned */
+    }
+    late_factory later = {.how = KEEP, .rc = EAGAIN};
+    so.start_ctx = &later;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_THREAD);
+    late_factory never = {.how = KEEP, .rc = EAGAIN};
+    so.start_ctx = &never;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(run_kept_entry(&later), 0); /* its subscription is gone: returns */
+    CHECK_EQ(atomic_load(&c.exits), 0);
+    /* Every socket was closed: the endpoint binds again, and delivers. */
+    so.start = uc_start_pthread;
+    so.start_ctx = NULL;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(send_str(p, "", "x"), UC_OK);
+    CHECK(coll_wait(&c, 1));
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* A start that succeeded but whose entry has not come: close, or free
+ * without close, ends the subscription at once (on_exit once, on the
+ * caller's thread), the entry returns at once if it comes after all, and
+ * one that never comes holds nothing. */
+static int test_entry_never_comes(void)
+{
+    coll c;
+    coll_init(&c, 1);
+    int err;
+    for (int how_closed = 0; how_closed < 2; how_closed++) {
+        char ep[64];
+        bind_ep(T_INPROC, ep, sizeof ep);
+        uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 8);
+        late_factory comes_late = {.how = KEEP, .rc = 0};
+        late_factory never = {.how = KEEP, .rc = 0};
+        so.start = late_start;
+        so.start_ctx = &comes_late;
+        uc_sub *s = uc_sub_open(g_bus, &so, &err);
+        CHECK(s);
+        so.start_ctx = &never;
+        bind_ep(T_INPROC, ep, sizeof ep);
+        uc_sub *s2 = uc_sub_open(g_bus, &so, &err);
+        CHECK(s2);
+        atomic_store(&c.exits, 0);
+        if (how_closed == 0) {
+            CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+            CHECK_EQ(uc_sub_close(s2, -1), UC_OK);
+            CHECK(uc_sub_finished(s) && uc_sub_finished(s2));
+        }
+        uc_sub_free(s);
+        uc_sub_free(s2);
+        CHECK_EQ(atomic_load(&c.exits), 2);
+        CHECK_EQ(run_kept_entry(&comes_late), 0);
+        CHECK_EQ(atomic_load(&c.exits), 2);
+    }
+    coll_fini(&c);
+    return 0;
+}
+
 /* Stats: received/batches from the core, the rest added by the upper layer. */
 static int test_stats(void)
 {
@@ -475,6 +607,8 @@ int main(void)
     run("free_before_end", test_free_before_end);
     run("close_timeout", test_close_timeout);
     run("factories", test_factories);
+    run("factory_fails_after_arranging", test_factory_fails_after_arranging);
+    run("entry_never_comes", test_entry_never_comes);
     run("stats", test_stats);
     if (fixtures_teardown() != 0)
         g_failed++;

@@ -24,13 +24,22 @@ typedef struct {
     atomic_int exited;
     size_t stop_after;          /* deliver returns 1 once this many were seen (0: never) */
     int slow_ms;                /* sleep in every deliver */
+    size_t pause_take;          /* non-zero: the next deliver takes this many and pauses */
+    size_t last_n;              /* the batch size of the last call */
     const char *payload;
     size_t payload_len;
 } coll;
 
-static int deliver(void *ctx, const uc_msg *batch, size_t n)
+static int deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed)
 {
     coll *c = ctx;
+    int verdict = UC_DELIVER_MORE;
+    c->last_n = n;
+    if (c->pause_take && c->pause_take < n) {
+        n = *consumed = c->pause_take;
+        verdict = UC_DELIVER_PAUSE;
+    }
+    c->pause_take = 0;
     for (size_t i = 0; i < n; i++) {
         const uc_msg *m = &batch[i];
         if (m->topic.size != 0 || m->payload.size != c->payload_len || m->n_extra != 0
@@ -43,7 +52,7 @@ static int deliver(void *ctx, const uc_msg *batch, size_t n)
         atomic_store(&c->biggest, n);
     if (c->slow_ms)
         sleep_ms(c->slow_ms);
-    return c->stop_after && total >= c->stop_after;
+    return c->stop_after && total >= c->stop_after ? UC_DELIVER_STOP : verdict;
 }
 
 static void on_exit_cb(void *ctx)
@@ -260,6 +269,64 @@ static int test_close_while_sleeping(void)
     return 0;
 }
 
+/* Caller mode, a deliver that takes part of a batch and pauses: the poll
+ * returns, the next one hands the rest over first and alone, and every
+ * message is taken once; a rest held at close is counted as dropped. */
+static int test_caller_pause(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = sub_opts(c, 32);
+    uc_synth_opts y = synth_opts(c, 1000, 0);
+    o.start = NULL;
+    o.on_exit = NULL;
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
+    CHECK(s);
+    size_t got = 0;
+    c->pause_take = 5;
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);
+    CHECK_EQ(got, 5);
+    CHECK_EQ(c->last_n, 32);
+    CHECK_EQ(uc_sub_poll(s, -1, 100, &got), UC_OK);
+    CHECK_EQ(got, 100);
+    CHECK_EQ(atomic_load(&c->messages), 105);
+    c->pause_take = 1;
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* takes 105 of 105..136 */
+    CHECK_EQ(got, 1);
+    CHECK_EQ(c->last_n, 32);
+    c->pause_take = 1;
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* the other 31 come alone */
+    CHECK_EQ(got, 1);
+    CHECK_EQ(c->last_n, 31);
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);
+    CHECK_EQ(got, 1000 - 107);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(atomic_load(&c->messages), 1000);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 1000);
+    CHECK_EQ(st.dropped, 0);
+    uc_sub_free(s);
+
+    c = new_coll();
+    o = sub_opts(c, 32);
+    o.start = NULL;
+    o.on_exit = NULL;
+    s = uc_synth_open(bus, &o, &y, &err);
+    CHECK(s);
+    c->pause_take = 2;
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);
+    CHECK_EQ(got, 2);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 32);
+    CHECK_EQ(st.dropped, 30);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
 static int test_bad_args(void)
 {
     int err;
@@ -284,6 +351,7 @@ int main(void)
     run("no count: runs until closed", test_unlimited_close);
     run("deliver returning non-zero stops", test_deliver_stops);
     run("caller mode", test_caller_mode);
+    run("caller mode, a paused deliver", test_caller_pause);
     run("paced, latencies", test_paced);
     run("paced, bounded backlog drops", test_paced_backlog_drops);
     run("close wakes a paced sleep", test_close_while_sleeping);

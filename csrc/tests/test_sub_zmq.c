@@ -1,5 +1,7 @@
 /* Tests of the zmq source (sub_zmq.c): SUB and PULL over inproc/ipc/tcp,
- * topic prefixes, multi-frame messages and the frame pool, large frames. */
+ * topic prefixes (at open and at run time), multi-frame messages and the
+ * frame pool, large frames, the rest of a batch deliver did not take, one
+ * socket on several endpoints. */
 #define _GNU_SOURCE
 #include "bus.h"
 
@@ -158,9 +160,10 @@ typedef struct {
     size_t n, bad;
 } big_ctx;
 
-static int big_deliver(void *ctx, const uc_msg *b, size_t n)
+static int big_deliver(void *ctx, const uc_msg *b, size_t n, size_t *consumed)
 {
     big_ctx *c = ctx;
+    (void)consumed;
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         const uc_msg *m = &b[i];
@@ -328,6 +331,710 @@ static int test_frames_batch(void)
     return 0;
 }
 
+/* ---- the rest of a batch deliver did not take ---------------------------- */
+
+/* A deliver that follows a script: call k takes steps[k].take messages (all
+ * once the script runs out) and returns steps[k].verdict; it records every
+ * call's size and first payload, and every message it took. */
+typedef struct {
+    size_t take;
+    int verdict;
+} step;
+
+typedef struct {
+    const step *steps;
+    size_t n_steps, calls;
+    size_t sizes[64];
+    char firsts[64][16];
+    char taken[64][16];
+    size_t n_taken;
+} scripted;
+
+static int scripted_deliver(void *ctx, const uc_msg *b, size_t n, size_t *consumed)
+{
+    scripted *c = ctx;
+    size_t k = c->calls++;
+    size_t take = k < c->n_steps && c->steps[k].take < n ? c->steps[k].take : n;
+    int verdict = k < c->n_steps ? c->steps[k].verdict : UC_DELIVER_MORE;
+    if (k < 64) {
+        c->sizes[k] = n;
+        snprintf(c->firsts[k], sizeof c->firsts[k], "%.*s", (int)b[0].payload.size, b[0].payload.data);
+    }
+    for (size_t i = 0; i < take && c->n_taken < 64; i++, c->n_taken++)
+        snprintf(c->taken[c->n_taken], sizeof c->taken[0], "%.*s", (int)b[i].payload.size, b[i].payload.data);
+    *consumed = take;
+    return verdict;
+}
+
+/* A caller-mode PULL with a scripted deliver, `queued` messages "0", "1", ...
+ * sitting in its pipe. */
+static int open_scripted(scripted *c, size_t batch, int queued, uc_sub **s, uc_pub **p)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, NULL, batch);
+    so.start = NULL;
+    so.on_exit = NULL;
+    so.deliver = scripted_deliver;
+    so.ctx = c;
+    int err;
+    *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(*s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(*p);
+    char payload[16];
+    for (int i = 0; i < queued; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(*p, "", payload), UC_OK);
+    }
+    return 0;
+}
+
+/* Received is the sum of delivered (here: taken) and dropped once nothing is
+ * held: the invariant bus.h promises, with the layer above adding nothing. */
+static int check_taken_plus_dropped(uc_sub *s, size_t taken)
+{
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, taken + st.dropped);
+    return 0;
+}
+
+/* PAUSE: the poll returns; the next poll hands the rest over first and alone
+ * (cut by max_messages), before anything newer; MORE with a part taken hands
+ * the rest over at once; nothing is lost or repeated. */
+static int test_rest_after_pause(void)
+{
+    const step script[] = {
+        {3, UC_DELIVER_PAUSE},   /* 10 queued, batch 10: takes 0..2, pauses */
+        {2, UC_DELIVER_MORE},    /* poll(max 2): the rest alone, 3 and 4 */
+        {1, UC_DELIVER_MORE},    /* poll(): the rest, 5..9: takes 5, goes on */
+        {4, UC_DELIVER_MORE},    /* at once: 6..9, all taken */
+    };
+    scripted c = {.steps = script, .n_steps = 4};
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_scripted(&c, 10, 10, &s, &p), 0);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 3);
+    CHECK_EQ(c.calls, 1);
+    CHECK_EQ(c.sizes[0], 10);
+    CHECK(!uc_sub_finished(s));
+    CHECK_EQ(send_str(p, "", "newer"), UC_OK);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 2, &d), UC_OK);
+    CHECK_EQ(d, 2);
+    CHECK_EQ(c.sizes[1], 2);
+    CHECK(strcmp(c.firsts[1], "3") == 0);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 5, &d), UC_OK);
+    CHECK_EQ(d, 5);
+    CHECK_EQ(c.calls, 4);
+    CHECK(c.sizes[2] == 5 && strcmp(c.firsts[2], "5") == 0);
+    CHECK(c.sizes[3] == 4 && strcmp(c.firsts[3], "6") == 0);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 1, &d), UC_OK); /* only now the newer one */
+    CHECK_EQ(d, 1);
+    CHECK(strcmp(c.firsts[4], "newer") == 0);
+    CHECK_EQ(c.n_taken, 11);
+    char want[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(want, sizeof want, "%d", i);
+        CHECK(strcmp(c.taken[i], want) == 0);
+    }
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 11);
+    CHECK_EQ(st.batches, 5);
+    CHECK_EQ(st.dropped, 0);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    return 0;
+}
+
+/* STOP with a part taken: the rest is counted as dropped, the subscription
+ * ends.  A rest still held when the subscription is closed: dropped too. */
+static int test_rest_dropped_on_stop_and_close(void)
+{
+    const step stop[] = {{4, UC_DELIVER_STOP}};
+    scripted c = {.steps = stop, .n_steps = 1};
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_scripted(&c, 10, 10, &s, &p), 0);
+    size_t d;
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 4);
+    CHECK(uc_sub_finished(s));
+    CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_CLOSED);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.dropped, 6);
+    CHECK_EQ(check_taken_plus_dropped(s, 4), 0);
+    uc_sub_free(s);
+    uc_pub_close(p);
+
+    const step pause[] = {{3, UC_DELIVER_PAUSE}};
+    scripted c2 = {.steps = pause, .n_steps = 1};
+    CHECK_EQ(open_scripted(&c2, 10, 10, &s, &p), 0);
+    CHECK_EQ(uc_sub_poll(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 3);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.dropped, 7);
+    CHECK_EQ(check_taken_plus_dropped(s, 3), 0);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    return 0;
+}
+
+/* Thread mode: a deliver that takes one message and pauses every time still
+ * gets every message, in order (a paused loop goes on at once). */
+static int test_rest_thread_mode(void)
+{
+    enum { N = 30 };
+    step script[N];
+    for (int i = 0; i < N; i++)
+        script[i] = (step){1, UC_DELIVER_PAUSE};
+    scripted c = {.steps = script, .n_steps = N};
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, NULL, 8);
+    so.on_exit = NULL;
+    so.deliver = scripted_deliver;
+    so.ctx = &c;
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    char payload[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(p, "", payload), UC_OK);
+    }
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    uc_stats st;
+    do {
+        sleep_ms(1);
+        uc_sub_stats(s, &st);
+    } while (st.batches < N && !passed(&d));
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* the loop's writes are seen after it */
+    CHECK_EQ(c.n_taken, N);
+    for (int i = 0; i < N; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK(strcmp(c.taken[i], payload) == 0);
+    }
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, N);
+    CHECK_EQ(st.dropped, 0);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    return 0;
+}
+
+/* One PULL socket bound to an inproc, an ipc and a tcp endpoint: a PUSH on
+ * each delivers through the one loop; every endpoint reads back resolved. */
+static int test_several_endpoints_bound(void)
+{
+    enum { N = 200, EPS = 3 };
+    char ep[EPS][300];
+    for (int t = 0; t < EPS; t++)
+        bind_ep(t, ep[t], sizeof ep[t]); /* T_INPROC, T_IPC, T_TCP */
+    const char *list[EPS] = {ep[0], ep[1], ep[2]};
+    coll c;
+    coll_init(&c, EPS * N);
+    uc_sub_opts so = sub_opts(UC_PULL, NULL, 1, &c, 16);
+    so.endpoints = list;
+    so.n_endpoints = EPS;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s && err == UC_OK);
+    CHECK_EQ(strcmp(uc_sub_endpoint(s, 0), ep[0]), 0);
+    CHECK_EQ(strcmp(uc_sub_endpoint(s, 1), ep[1]), 0);
+    CHECK(strncmp(uc_sub_endpoint(s, 2), "tcp://127.0.0.1:", 16) == 0
+          && strcmp(uc_sub_endpoint(s, 2), ep[2]) != 0);
+    CHECK(uc_sub_endpoint(s, EPS) == NULL);
+    CHECK(uc_sub_last_endpoint(s) == uc_sub_endpoint(s, 0));
+    uc_pub *p[EPS];
+    for (int t = 0; t < EPS; t++) {
+        uc_pub_opts po = pub_opts(UC_PUSH, uc_sub_endpoint(s, (size_t)t), 0);
+        p[t] = uc_pub_open(g_bus, &po, &err);
+        CHECK(p[t]);
+    }
+    char payload[32];
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < EPS; t++) {
+            snprintf(payload, sizeof payload, "%d/%d", t, i);
+            CHECK_EQ(send_str(p[t], "t", payload), UC_OK);
+        }
+    CHECK(coll_wait(&c, EPS * N));
+    /* Each peer's messages arrive in its own order. */
+    int next[EPS] = {0};
+    for (size_t k = 0; k < c.n; k++) {
+        int t, i;
+        char buf[65];
+        memcpy(buf, c.recs[k].payload, c.recs[k].plen);
+        buf[c.recs[k].plen] = '\0';
+        CHECK_EQ(sscanf(buf, "%d/%d", &t, &i), 2);
+        CHECK(t >= 0 && t < EPS);
+        CHECK_EQ(i, next[t]);
+        next[t]++;
+    }
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    CHECK_EQ(atomic_load(&c.exits), 1);
+    uc_sub_free(s);
+    for (int t = 0; t < EPS; t++)
+        uc_pub_close(p[t]);
+    coll_fini(&c);
+    return 0;
+}
+
+/* One SUB socket connected to three PUBs: it hears all of them. */
+static int test_several_endpoints_connected(void)
+{
+    enum { EPS = 3 };
+    char ep[EPS][300];
+    const char *list[EPS];
+    uc_pub *p[EPS];
+    int err;
+    for (int t = 0; t < EPS; t++) {
+        bind_ep(t, ep[t], sizeof ep[t]);
+        uc_pub_opts po = pub_opts(UC_PUB, ep[t], 1);
+        p[t] = uc_pub_open(g_bus, &po, &err);
+        CHECK(p[t]);
+        list[t] = uc_pub_last_endpoint(p[t]);
+    }
+    coll c;
+    coll_init(&c, 100000);
+    uc_frame all = {"", 0};
+    uc_sub_opts so = sub_opts(UC_SUB, NULL, 0, &c, 16);
+    so.endpoints = list;
+    so.n_endpoints = EPS;
+    so.topics = &all;
+    so.n_topics = 1;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    for (int t = 0; t < EPS; t++)
+        CHECK_EQ(strcmp(uc_sub_endpoint(s, (size_t)t), list[t]), 0);
+    /* Each publisher sends its marker until it arrives (slow joiner). */
+    int seen[EPS] = {0}, missing = EPS;
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    size_t scanned = 0;
+    while (missing) {
+        CHECK(!passed(&d));
+        char topic[16];
+        for (int t = 0; t < EPS; t++)
+            if (!seen[t]) {
+                snprintf(topic, sizeof topic, "p%d", t);
+                CHECK_EQ(send_str(p[t], topic, "hello"), UC_OK);
+            }
+        sleep_ms(5);
+        pthread_mutex_lock(&c.mu);
+        for (; scanned < c.n && scanned < c.cap; scanned++) {
+            int t = c.recs[scanned].topic[1] - '0';
+            if (t >= 0 && t < EPS && !seen[t]) {
+                seen[t] = 1;
+                missing--;
+            }
+        }
+        pthread_mutex_unlock(&c.mu);
+    }
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    for (int t = 0; t < EPS; t++)
+        uc_pub_close(p[t]);
+    coll_fini(&c);
+    return 0;
+}
+
+/* A bind that fails half-way fails the open, names the endpoint, and
+ * releases the endpoints bound before it; malformed lists are refused. */
+static int test_several_endpoints_errors(void)
+{
+    char free_ep[64], taken_ep[64];
+    bind_ep(T_INPROC, free_ep, sizeof free_ep);
+    bind_ep(T_INPROC, taken_ep, sizeof taken_ep);
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUSH, taken_ep, 1);
+    uc_pub *holder = uc_pub_open(g_bus, &po, &err);
+    CHECK(holder);
+    coll c;
+    coll_init(&c, 1);
+    const char *list[] = {free_ep, taken_ep};
+    size_t failed = 99;
+    uc_sub_opts so = sub_opts(UC_PULL, NULL, 1, &c, 8);
+    so.endpoints = list;
+    so.n_endpoints = 2;
+    so.failed_endpoint = &failed;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ZMQ);
+    CHECK_EQ(errno, EADDRINUSE);
+    CHECK_EQ(failed, 1);
+    CHECK_EQ(atomic_load(&c.exits), 0);
+    /* free_ep was bound by the failed open and is free again at once. */
+    so.endpoints = NULL;
+    so.n_endpoints = 0;
+    so.endpoint = free_ep;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    /* Both forms, neither, a NULL entry. */
+    so.endpoints = list;
+    so.n_endpoints = 2;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ARG);
+    so.endpoint = NULL;
+    so.n_endpoints = 0;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ARG);
+    const char *holey[] = {free_ep, NULL};
+    so.endpoints = holey;
+    so.n_endpoints = 2;
+    CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
+    CHECK_EQ(err, UC_ERR_ARG);
+    CHECK(uc_sub_endpoint(NULL, 0) == NULL);
+    uc_pub_close(holder);
+    coll_fini(&c);
+    return 0;
+}
+
+/* ---- topics at run time ----------------------------------------------- */
+
+/* Has the collector a message with this topic at index >= from? */
+static int coll_has_topic(coll *c, size_t from, const char *prefix)
+{
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = from; i < c->n && i < c->cap && !found; i++)
+        found = c->recs[i].tlen >= strlen(prefix)
+             && memcmp(c->recs[i].topic, prefix, strlen(prefix)) == 0;
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+/* Publish `topic` until a message with it arrives (a new prefix reaches the
+ * publisher asynchronously). */
+static int publish_until_seen(uc_pub *p, coll *c, const char *topic)
+{
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    size_t from = coll_count(c);
+    while (!coll_has_topic(c, from, topic)) {
+        CHECK(!passed(&d));
+        CHECK_EQ(send_str(p, topic, "sync"), UC_OK);
+        sleep_ms(2);
+    }
+    return 0;
+}
+
+/* A PUB bound on a fresh inproc endpoint and a SUB on it with one prefix. */
+static int open_pub_sub(coll *c, const char *prefix, int mode, uc_sub **s, uc_pub **p)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUB, ep, 1);
+    po.sndhwm = 0;
+    *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(*p);
+    uc_frame t = {prefix, strlen(prefix)};
+    uc_sub_opts so = sub_opts(UC_SUB, ep, 0, c, 8);
+    so.topics = &t;
+    so.n_topics = 1;
+    so.rcvhwm = 0;
+    if (mode == MODE_CALLER)
+        so.start = NULL;
+    *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(*s);
+    return 0;
+}
+
+/* Thread mode: prefixes added and removed while the loop runs. */
+static int test_topics_at_run_time(void)
+{
+    coll c;
+    coll_init(&c, 100000);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK(open_pub_sub(&c, "a.", MODE_THREAD, &s, &p) == 0);
+    CHECK(publish_until_seen(p, &c, "a.sync") == 0);
+    uint64_t t1 = 0, t2 = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t1), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, t1, WAIT_MS), UC_OK);
+    CHECK(publish_until_seen(p, &c, "b.sync") == 0);
+    /* Once the removal is made, the socket filters "a." itself: nothing of
+     * it is delivered from then on, whatever is still in flight. */
+    CHECK_EQ(uc_sub_unsubscribe(s, "a.", 2, &t2), UC_OK);
+    CHECK(t2 == t1 + 1);
+    CHECK_EQ(uc_sub_wait_topics(s, t2, WAIT_MS), UC_OK);
+    size_t n0 = coll_count(&c);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(send_str(p, "a.x", "gone"), UC_OK);
+    CHECK(publish_until_seen(p, &c, "b.end") == 0);
+    CHECK(!coll_has_topic(&c, n0, "a."));
+    /* ZMQ_SUBSCRIBE counts: added twice, removed once, still there. */
+    uint64_t t = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "c.", 2, NULL), UC_OK);
+    CHECK_EQ(uc_sub_subscribe(s, "c.", 2, NULL), UC_OK);
+    CHECK_EQ(uc_sub_unsubscribe(s, "c.", 2, &t), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_OK);
+    CHECK(publish_until_seen(p, &c, "c.still") == 0);
+    /* An empty prefix matches everything. */
+    CHECK_EQ(uc_sub_subscribe(s, NULL, 0, &t), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_OK);
+    CHECK(publish_until_seen(p, &c, "zzz") == 0);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    /* Made before the close: still made; new ones are refused. */
+    CHECK_EQ(uc_sub_wait_topics(s, t, 0), UC_OK);
+    CHECK_EQ(uc_sub_subscribe(s, "d", 1, &t), UC_ERR_CLOSED);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* While a target is stuck the change waits in the queue (the waiter times
+ * out); once the target returns, the loop makes it before its next batch.
+ * Thread mode and a caller-mode poll running on another thread alike. */
+typedef struct {
+    uc_sub *sub;
+    int rc;
+} poll_job;
+
+static void *poll_long(void *arg)
+{
+    poll_job *j = arg;
+    size_t d;
+    j->rc = uc_sub_poll(j->sub, WAIT_MS, 0, &d);
+    return NULL;
+}
+
+static int topics_queued_while_busy(int mode)
+{
+    coll c;
+    coll_init(&c, 100000);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK(open_pub_sub(&c, "a.", mode, &s, &p) == 0);
+    pthread_mutex_lock(&c.mu); /* the loop reads it under c.mu */
+    c.gate = 1;
+    pthread_mutex_unlock(&c.mu);
+    poll_job job = {.sub = s};
+    pthread_t poller;
+    if (mode == MODE_CALLER)
+        CHECK(pthread_create(&poller, NULL, poll_long, &job) == 0);
+    CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
+    /* The PUB may drop until the SUB has joined: send until one is in. */
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    for (;;) {
+        pthread_mutex_lock(&c.mu);
+        int in = c.entered;
+        pthread_mutex_unlock(&c.mu);
+        if (in)
+            break;
+        CHECK(!passed(&d));
+        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
+        sleep_ms(2);
+    }
+    /* The loop (or poll) is inside deliver, blocked: it holds the socket. */
+    uint64_t t = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, t, 0), UC_ERR_TIMEOUT);
+    CHECK_EQ(uc_sub_wait_topics(s, t, 30), UC_ERR_TIMEOUT);
+    pthread_mutex_lock(&c.mu);
+    c.gate = 0;
+    c.released = 1;
+    pthread_cond_broadcast(&c.cv);
+    pthread_mutex_unlock(&c.mu);
+    CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_OK);
+    CHECK(publish_until_seen(p, &c, "b.sync") == 0);
+    if (mode == MODE_CALLER) {
+        CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+        pthread_join(poller, NULL);
+        CHECK(job.rc == UC_OK);
+    } else {
+        CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    }
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+static int test_topics_queued_while_busy_thread(void) { return topics_queued_while_busy(MODE_THREAD); }
+static int test_topics_queued_while_busy_caller(void) { return topics_queued_while_busy(MODE_CALLER); }
+
+/* Caller mode with no poll running: the caller owns the idle socket and
+ * makes the change at once; the next poll receives with it. */
+static int test_topics_caller_idle(void)
+{
+    coll c;
+    coll_init(&c, 100000);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK(open_pub_sub(&c, "a.", MODE_CALLER, &s, &p) == 0);
+    uint64_t t = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, t, 0), UC_OK); /* made already */
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (!coll_has_topic(&c, 0, "b.")) {
+        CHECK(!passed(&d));
+        CHECK_EQ(send_str(p, "b.sync", "x"), UC_OK);
+        size_t got;
+        CHECK_EQ(uc_sub_poll(s, 2, 0, &got), UC_OK);
+    }
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* From inside deliver, on the socket's own thread: made at once, and
+ * waiting for it returns at once (no waiting for ourselves). */
+typedef struct {
+    coll c;                 /* first: coll_exit gets this struct */
+    _Atomic(uc_sub *) sub;
+    atomic_int did;
+    int sub_rc, wait_rc;
+} changer;
+
+static int changing_deliver(void *ctx, const uc_msg *b, size_t n, size_t *consumed)
+{
+    changer *ch = ctx;
+    if (!atomic_exchange(&ch->did, 1)) {
+        uint64_t t = 0;
+        ch->sub_rc = uc_sub_subscribe(atomic_load(&ch->sub), "b.", 2, &t);
+        ch->wait_rc = uc_sub_wait_topics(atomic_load(&ch->sub), t, -1);
+    }
+    return coll_deliver(&ch->c, b, n, consumed);
+}
+
+static int topics_inside_deliver(int mode)
+{
+    changer ch;
+    memset(&ch, 0, sizeof ch);
+    coll_init(&ch.c, 100000);
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUB, ep, 1);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    uc_frame t = {"a.", 2};
+    uc_sub_opts so = sub_opts(UC_SUB, ep, 0, &ch.c, 8);
+    so.deliver = changing_deliver;
+    so.ctx = &ch;
+    so.topics = &t;
+    so.n_topics = 1;
+    if (mode == MODE_CALLER)
+        so.start = NULL;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    atomic_store(&ch.sub, s); /* before anything is sent: deliver needs it */
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (!coll_has_topic(&ch.c, 0, "b.")) {
+        CHECK(!passed(&d));
+        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
+        CHECK_EQ(send_str(p, "b.sync", "x"), UC_OK);
+        if (mode == MODE_CALLER) {
+            size_t got;
+            CHECK_EQ(uc_sub_poll(s, 2, 0, &got), UC_OK);
+        } else {
+            sleep_ms(2);
+        }
+    }
+    CHECK_EQ(ch.sub_rc, UC_OK);
+    CHECK_EQ(ch.wait_rc, UC_OK);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&ch.c);
+    return 0;
+}
+
+static int test_topics_inside_deliver_thread(void) { return topics_inside_deliver(MODE_THREAD); }
+static int test_topics_inside_deliver_caller(void) { return topics_inside_deliver(MODE_CALLER); }
+
+/* A change queued for a loop that ends first is never made: its waiter
+ * hears UC_ERR_CLOSED, and the queue is freed with the subscription. */
+static int test_topics_loop_ends_first(void)
+{
+    coll c;
+    coll_init(&c, 100000);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK(open_pub_sub(&c, "a.", MODE_THREAD, &s, &p) == 0);
+    atomic_store(&c.sub, s);
+    pthread_mutex_lock(&c.mu); /* the loop reads them under c.mu */
+    c.gate = 1;
+    c.close_in_cb = 1; /* once released, the target closes its subscription */
+    pthread_mutex_unlock(&c.mu);
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    for (;;) {
+        pthread_mutex_lock(&c.mu);
+        int in = c.entered;
+        pthread_mutex_unlock(&c.mu);
+        if (in)
+            break;
+        CHECK(!passed(&d));
+        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
+        sleep_ms(2);
+    }
+    uint64_t t = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
+    pthread_mutex_lock(&c.mu);
+    c.gate = 0;
+    c.released = 1;
+    pthread_cond_broadcast(&c.cv);
+    pthread_mutex_unlock(&c.mu);
+    CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_ERR_CLOSED);
+    CHECK_EQ(c.cb_close_rc, UC_OK);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+/* Only a SUB socket has prefixes; bad arguments. */
+static int test_topics_arguments(void)
+{
+    coll c;
+    coll_init(&c, 4);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK(open_pull_push(&c, 4, MODE_THREAD, &s, &p) == 0);
+    uint64_t t = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "a", 1, &t), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_unsubscribe(s, "a", 1, &t), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_wait_topics(s, 1, 0), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    CHECK_EQ(uc_sub_subscribe(NULL, "a", 1, &t), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_wait_topics(NULL, 1, 0), UC_ERR_ARG);
+    coll_fini(&c);
+
+    coll_init(&c, 4);
+    CHECK(open_pub_sub(&c, "a.", MODE_THREAD, &s, &p) == 0);
+    CHECK_EQ(uc_sub_subscribe(s, NULL, 3, &t), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_wait_topics(s, 1, 0), UC_ERR_ARG); /* never given */
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
 int main(void)
 {
     if (fixtures_setup() != 0)
@@ -341,6 +1048,20 @@ int main(void)
     run("large_frames", test_large_frames);
     run("frames", test_frames);
     run("frames_batch", test_frames_batch);
+    run("rest_after_pause", test_rest_after_pause);
+    run("rest_dropped_on_stop_and_close", test_rest_dropped_on_stop_and_close);
+    run("rest_thread_mode", test_rest_thread_mode);
+    run("several_endpoints_bound", test_several_endpoints_bound);
+    run("several_endpoints_connected", test_several_endpoints_connected);
+    run("several_endpoints_errors", test_several_endpoints_errors);
+    run("topics_at_run_time", test_topics_at_run_time);
+    run("topics_queued_while_busy_thread", test_topics_queued_while_busy_thread);
+    run("topics_queued_while_busy_caller", test_topics_queued_while_busy_caller);
+    run("topics_caller_idle", test_topics_caller_idle);
+    run("topics_inside_deliver_thread", test_topics_inside_deliver_thread);
+    run("topics_inside_deliver_caller", test_topics_inside_deliver_caller);
+    run("topics_loop_ends_first", test_topics_loop_ends_first);
+    run("topics_arguments", test_topics_arguments);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);

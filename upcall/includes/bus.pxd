@@ -13,6 +13,7 @@ cdef extern from "bus.h" nogil:
         UC_ERR_AGAIN
         UC_ERR_THREAD
         UC_ERR_BUSY
+        UC_ERR_STOPPING
         UC_MAX_FRAMES
 
     const char *uc_strerror(int code, int err)
@@ -34,6 +35,10 @@ cdef extern from "bus.h" nogil:
     ctypedef struct uc_bus:
         pass
     uc_bus *uc_bus_new(int io_threads, int *err)
+    int uc_bus_set_max_sockets(uc_bus *bus, int max_sockets)
+    int uc_bus_max_sockets(const uc_bus *bus)
+    void uc_bus_shutdown(uc_bus *bus)
+    int uc_bus_close(uc_bus *bus, int timeout_ms)
     void uc_bus_free(uc_bus *bus)
     void *uc_bus_zmq_context(uc_bus *bus)
 
@@ -43,6 +48,11 @@ cdef extern from "bus.h" nogil:
         const char *secretkey
         int server
 
+    ctypedef struct uc_sockopt:
+        int option
+        int value
+    int uc_sockopt_reserved(int option)
+
     ctypedef enum uc_sub_kind:
         UC_SUB
         UC_PULL
@@ -50,12 +60,20 @@ cdef extern from "bus.h" nogil:
         UC_PUB
         UC_PUSH
 
-    ctypedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n) noexcept nogil
+    enum:
+        UC_DELIVER_MORE
+        UC_DELIVER_STOP
+        UC_DELIVER_PAUSE
+    ctypedef int (*uc_deliver_fn)(void *ctx, const uc_msg *batch, size_t n,
+                                  size_t *consumed) noexcept nogil
     ctypedef void (*uc_exit_fn)(void *ctx) noexcept nogil
 
     ctypedef struct uc_sub_opts:
         uc_sub_kind kind
         const char *endpoint
+        const char *const *endpoints
+        size_t n_endpoints
+        size_t *failed_endpoint
         int bind
         const uc_frame *topics
         size_t n_topics
@@ -68,6 +86,8 @@ cdef extern from "bus.h" nogil:
         uc_start_fn start
         void *start_ctx
         uc_curve curve
+        const uc_sockopt *sockopts
+        size_t n_sockopts
 
     ctypedef struct uc_sub:
         pass
@@ -79,6 +99,7 @@ cdef extern from "bus.h" nogil:
         uint64_t decode_errors
         uint64_t callback_errors
         uint64_t dropped
+        uint64_t filtered
 
     ctypedef enum uc_stat_id:
         UC_STAT_RECEIVED
@@ -87,6 +108,7 @@ cdef extern from "bus.h" nogil:
         UC_STAT_DECODE_ERRORS
         UC_STAT_CALLBACK_ERRORS
         UC_STAT_DROPPED
+        UC_STAT_FILTERED
 
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
@@ -97,7 +119,11 @@ cdef extern from "bus.h" nogil:
     void uc_sub_stats(const uc_sub *sub, uc_stats *out)
     void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n)
     const char *uc_sub_last_endpoint(const uc_sub *sub)
+    const char *uc_sub_endpoint(const uc_sub *sub, size_t i)
     int uc_sub_wait(uc_sub *sub, int timeout_ms)
+    int uc_sub_subscribe(uc_sub *sub, const void *topic, size_t size, uint64_t *ticket)
+    int uc_sub_unsubscribe(uc_sub *sub, const void *topic, size_t size, uint64_t *ticket)
+    int uc_sub_wait_topics(uc_sub *sub, uint64_t ticket, int timeout_ms)
 
     ctypedef struct uc_pub_opts:
         uc_pub_kind kind
@@ -106,12 +132,17 @@ cdef extern from "bus.h" nogil:
         int sndhwm
         int linger_ms
         uc_curve curve
+        const uc_sockopt *sockopts
+        size_t n_sockopts
 
     ctypedef struct uc_pub:
         pass
     uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err)
     int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len, int timeout_ms)
+    int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
+                        const void *payload, size_t payload_len)
     void uc_pub_shutdown(uc_pub *pub)
+    void uc_pub_cap_linger(uc_pub *pub, int max_ms)
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)

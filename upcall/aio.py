@@ -1,0 +1,302 @@
+"""asyncio: ``async for msg in bus.subscribe_async(endpoint, ...)`` and the
+waiting behind ``await publisher.send_async(topic, obj)``.  docs/asyncio.md.
+
+How a message reaches a coroutine:
+
+    delivery thread: zmq receive and batching without the GIL, then the GIL
+    once per batch to decode it into one list (a Handler with batches=True)
+      -> _Bridge.on_batch appends the list to a bounded queue and, only if
+         the consumer is waiting and no wake-up is pending yet, makes ONE
+         loop.call_soon_threadsafe
+      -> event loop: the waiting __anext__ resumes and takes messages from
+         the queue, with no further wake-up, until it is empty.
+
+So the event loop is woken at most once per batch, and not at all while the
+consumer keeps up with a queue that never runs dry.
+
+The queue holds at most ``queue_size`` messages (plus the batch being handed
+out).  When it is full:
+  kind="pull"  the delivery thread waits until the batch fits (or the queue is
+               empty): zmq queues behind it up to rcvhwm, then the senders'
+               high-water mark pushes back on them.  Nothing is lost.
+  kind="sub"   the messages that do not fit are dropped and counted in
+               stats["dropped"]: a PUB socket drops for a slow subscriber
+               anyway, and waiting would only move the loss into zmq.
+
+This module imports asyncio; ``import upcall`` does not import it.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from upcall._bus import StopDelivery
+from upcall.handler import Handler
+
+if TYPE_CHECKING:
+    from upcall._bus import Bus, Publisher, Subscription
+
+__all__ = ["AsyncSubscription", "DEFAULT_QUEUE_SIZE"]
+
+#: Messages an AsyncSubscription queues for its event loop when queue_size=None.
+DEFAULT_QUEUE_SIZE = 16384
+
+# A delivery thread waiting for room (kind="pull") looks this often whether
+# the event loop has been closed, which no consumer would report.
+_ROOM_CHECK_S = 0.2
+
+# send_async at the high-water mark: first retry after this long, then twice
+# as long each time, up to _RETRY_MAX_S.
+_RETRY_FIRST_S = 0.0001
+_RETRY_MAX_S = 0.005
+
+
+class _Bridge(Handler):
+    """The subscription's target, between its delivery thread and the event loop.
+
+    ``on_batch`` runs on the delivery thread (with the GIL, once per batch);
+    ``wake`` on the event loop's thread; ``end`` on any thread.  ``cond``
+    guards every attribute below it.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue_size: int,
+                 wait_for_room: bool) -> None:
+        self.batches = True
+        self.loop = loop
+        self.queue_size = queue_size
+        self.wait_for_room = wait_for_room
+        self.cond = threading.Condition(threading.Lock())
+        self.queue: collections.deque[list[Any]] = collections.deque()  # batches, oldest first
+        self.queued = 0          # messages in queue
+        self.accepted = 0        # messages ever queued
+        self.dropped = 0         # messages that did not fit (kind="sub")
+        self.wakeups = 0         # call_soon_threadsafe calls made for the consumer
+        self.waiter: asyncio.Future[None] | None = None   # what the consumer awaits
+        self.wake_pending = False    # a wake-up is scheduled and has not run yet
+        self.ended = False           # nothing more will be queued
+
+    def on_batch(self, msgs: list[Any]) -> None:
+        n = len(msgs)
+        with self.cond:
+            if self.wait_for_room:
+                while self.queued and self.queued + n > self.queue_size and not self.ended:
+                    self.cond.wait(_ROOM_CHECK_S)
+                    if self.loop.is_closed():
+                        self.ended = True
+            if self.ended or self.loop.is_closed():
+                # Closed, or the event loop is gone: end the delivery loop
+                # quietly (its thread and socket are released).
+                self.ended = True
+                raise StopDelivery
+            if self.queued + n > self.queue_size and not self.wait_for_room:
+                room = max(self.queue_size - self.queued, 0)
+                self.dropped += n - room
+                if not room:
+                    return
+                msgs = msgs[:room]
+            self.queue.append(msgs)
+            self.queued += len(msgs)
+            self.accepted += len(msgs)
+            if self.waiter is None or self.wake_pending:
+                return
+            self.wake_pending = True
+            self.wakeups += 1
+        try:
+            self.loop.call_soon_threadsafe(self.wake)
+        except RuntimeError:        # the event loop was closed just now
+            with self.cond:
+                self.ended = True
+            raise StopDelivery from None
+
+    def wake(self) -> None:
+        with self.cond:
+            self.wake_pending = False
+            waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def end(self) -> None:
+        """Queue nothing more; wake a delivery thread waiting for room and
+        the consumer waiting for messages."""
+        with self.cond:
+            self.ended = True
+            self.queue.clear()
+            self.queued = 0
+            self.cond.notify_all()
+            waiting = self.waiter is not None
+        if waiting:
+            try:
+                self.loop.call_soon_threadsafe(self.wake)
+            except RuntimeError:    # the event loop is closed: nobody waits any more
+                pass
+
+
+class AsyncSubscription:
+    """Messages of one subscription, for ``async for`` on the event loop that
+    made it.  Made by :meth:`upcall.Bus.subscribe_async`.
+
+    ``async for msg in sub`` yields each message (``(topic, msg)`` with
+    ``with_topic=True``) in the order received.  Iteration ends when the
+    subscription is closed: by :meth:`aclose`/:meth:`close`, by leaving
+    ``async with``, by cancelling the task waiting in it, by closing the bus,
+    or when its event loop is closed.  Closing discards what is still queued.
+    """
+
+    def __init__(self, bus: Bus, endpoint: str, queue_size: int | None,
+                 subscribe_kwargs: dict[str, Any]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("subscribe_async() must be called from a coroutine: it "
+                               "delivers to the running event loop") from None
+        if queue_size is None:
+            queue_size = DEFAULT_QUEUE_SIZE
+        elif not isinstance(queue_size, int) or isinstance(queue_size, bool):
+            raise TypeError(f"queue_size must be an int or None, not {type(queue_size).__name__}")
+        elif queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, not {queue_size!r}")
+        self._bridge = _Bridge(loop, queue_size, subscribe_kwargs.get("kind") == "pull")
+        self._batch: list[Any] = []      # the batch being handed out, from _pos on
+        self._pos = 0
+        self._sub: Subscription = bus.subscribe(endpoint, self._bridge, **subscribe_kwargs)
+
+    def __repr__(self) -> str:
+        return f"<upcall.aio.AsyncSubscription of {self._sub!r}>"
+
+    # ---- iteration (on the event loop's thread) ----
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> Any:
+        bridge = self._bridge
+        while True:
+            pos = self._pos
+            if pos < len(self._batch):
+                self._pos = pos + 1
+                return self._batch[pos]
+            self._batch, self._pos = [], 0   # do not keep a consumed batch alive
+            with bridge.cond:
+                if bridge.queue:
+                    self._batch = bridge.queue.popleft()
+                    bridge.queued -= len(self._batch)
+                    if bridge.wait_for_room:
+                        bridge.cond.notify()
+                    continue
+                if bridge.ended:
+                    raise StopAsyncIteration
+                if bridge.waiter is not None:
+                    raise RuntimeError("another task is already waiting for this "
+                                       "subscription's next message")
+                if asyncio.get_running_loop() is not bridge.loop:
+                    raise RuntimeError("an AsyncSubscription belongs to the event loop "
+                                       "that made it")
+                waiter = bridge.waiter = bridge.loop.create_future()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                # As for an async generator, cancelling the task that waits
+                # in it ends the subscription.
+                self.close()
+                raise
+
+    # ---- closing ----
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop delivery, end the iteration and wait for the delivery loop to
+        end (usually well under a millisecond: at most one batch being
+        decoded).  TimeoutError after ``timeout`` seconds, as Subscription.close."""
+        self._bridge.end()
+        self._batch, self._pos = [], 0
+        self._sub.close(timeout)
+
+    async def aclose(self) -> None:
+        """close(), from a coroutine."""
+        self.close()
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped without being closed (e.g. `async for` over a temporary that
+        # was left with break): close, so its thread and socket go too.
+        sub = getattr(self, "_sub", None)      # None: __init__ failed
+        if sub is not None and not sub.closed:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    # ---- what it is ----
+
+    @property
+    def closed(self) -> bool:
+        """True once closed, or once delivery has ended (e.g. its event loop closed)."""
+        return self._bridge.ended or self._sub.closed
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The subscription's counters (see Subscription.stats), where
+        ``delivered`` counts the messages queued for the event loop and
+        ``dropped`` includes those the full queue dropped (kind="sub"); and
+        ``queued`` (waiting for the consumer now) and ``wakeups`` (event-loop
+        wake-ups so far, at most one per batch)."""
+        stats = self._sub.stats
+        bridge = self._bridge
+        with bridge.cond:
+            stats["delivered"] = bridge.accepted
+            stats["dropped"] += bridge.dropped
+            stats["queued"] = bridge.queued + len(self._batch) - self._pos
+            stats["wakeups"] = bridge.wakeups
+        return stats
+
+    @property
+    def queue_size(self) -> int:
+        return self._bridge.queue_size
+
+    @property
+    def endpoint(self) -> str:
+        return self._sub.endpoint
+
+    @property
+    def last_endpoint(self) -> str:
+        """The endpoint as bound or connected (a tcp port 0 or * resolved)."""
+        return self._sub.last_endpoint
+
+    @property
+    def thread_name(self) -> str | None:
+        """Name of the delivery thread."""
+        return self._sub.thread_name
+
+
+async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
+                          timeout: float | None) -> None:
+    """Publisher.send_async's awaitable: send now if the socket takes it,
+    else retry on the event loop with a growing pause (other coroutines run
+    meanwhile) until sent, or until ``timeout`` seconds have passed."""
+    if pub._try_send(topic, payload):
+        return
+    if timeout == 0:
+        raise BlockingIOError("send_async would block (high-water mark reached)")
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    pause = _RETRY_FIRST_S
+    while True:
+        if deadline is None:
+            await asyncio.sleep(pause)
+        else:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"send_async did not complete within {timeout} s "
+                                   "(high-water mark reached)")
+            await asyncio.sleep(min(pause, left))
+        if pub._try_send(topic, payload):
+            return
+        pause = min(pause * 2, _RETRY_MAX_S)
