@@ -123,7 +123,7 @@ def test_bad_endpoint_lists(endpoint, exc, words):
 def test_a_failed_bind_names_its_endpoint_and_releases_the_others(endpoints):
     free, taken = endpoints("inproc"), endpoints("inproc")
     with upcall.Bus() as bus:
-        bus.publisher(taken, kind="push")
+        pub = bus.publisher(taken, kind="push")   # referenced: a dropped publisher is closed
         with pytest.raises(OSError) as info:
             bus.subscribe([free, taken], print, kind="pull", bind=True)
         assert "endpoint[1]" in str(info.value) and taken in str(info.value)

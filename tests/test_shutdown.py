@@ -81,7 +81,7 @@ class Script:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
+            self.dump_and_kill()
             pytest.fail(f"script did not end within {timeout} s: {self.report()}")
         self.stderr = self.proc.stderr.read()
         assert "Fatal Python error" not in self.stderr, self.report()
@@ -92,6 +92,16 @@ class Script:
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+    def dump_and_kill(self):
+        # A hung script: SIGABRT makes faulthandler (PYTHONFAULTHANDLER=1)
+        # print every thread's stack to stderr, so the report shows where it
+        # hangs; SIGKILL only if even that does not end it.
+        self.proc.send_signal(signal.SIGABRT)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def report(self):
         err = getattr(self, "stderr", None)
