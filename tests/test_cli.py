@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -243,6 +244,29 @@ def test_ctrl_c_ends_listen_quietly_with_130(ctx, tmp_path):
     assert (status, out, err) == (130, "", "")
 
 
+def test_listen_ends_quietly_when_its_reader_goes_away(ctx, tmp_path):
+    """`upcall listen ... | head -1`: status 0, no BrokenPipeError report."""
+    ep = tcp()
+    proc = start("listen", ep, "--bind", "--kind", "pull", tmp_path=tmp_path)
+    try:
+        push = peer(ctx, zmq.PUSH)
+        push.connect(ep)
+        push.send_multipart([b"", msgpack.packb(0)])
+        assert json.loads(proc.stdout.readline()) == {"topic": "", "payload": 0}
+        proc.stdout.close()
+        for i in range(1, 100_000):    # until a write finds the pipe gone
+            if proc.poll() is not None:
+                break
+            push.send_multipart([b"", msgpack.packb(i)])
+            time.sleep(0.001)
+        proc.stdout = None
+        status, _, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (status, err) == (0, "")
+
+
 # ---- publish --------------------------------------------------------------------
 
 def test_publish_arguments_to_a_pyzmq_subscriber(ctx, tmp_path):
@@ -297,6 +321,27 @@ def test_publish_bound_to_a_pyzmq_subscriber_that_connects(ctx, tmp_path):
         proc.kill()
         proc.wait()
     assert (status, out, err) == (0, "", "")
+
+
+def test_ctrl_c_while_publish_waits_for_a_subscriber(tmp_path):
+    port = free_tcp_port()
+    proc = start("publish", f"tcp://127.0.0.1:{port}", "--bind", "1", tmp_path=tmp_path)
+    try:
+        # Once it accepts connections it is bound, past its imports, waiting.
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        status, out, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (status, out, err) == (130, "", "")
 
 
 def test_publish_then_listen_round_trip(tmp_path):

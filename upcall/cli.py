@@ -69,7 +69,9 @@ def _listen(opts: argparse.Namespace) -> int:
 
     def on_error(exc: BaseException, msg: Any) -> None:
         if isinstance(exc, BrokenPipeError):
-            raise upcall.StopDelivery       # stdout's reader went away: end quietly
+            # stdout's reader went away (`upcall listen ... | head`): end quietly.
+            _silence_stdout()
+            raise upcall.StopDelivery
         # A DecodeError names its topic; anything else came from show().
         print(f"{PROG} listen: message skipped: {exc}", file=sys.stderr, flush=True)
 
