@@ -193,6 +193,34 @@ def test_listen_to_a_pyzmq_publisher(ctx, tmp_path):
     assert out.splitlines()[1].split('"payload": ')[1].startswith('[{"$bytes": "AP8="}, 1.0,')
 
 
+def test_listen_curve(ctx, tmp_path):
+    public, secret = zmq.curve_keypair()
+    xpub = peer(ctx, zmq.XPUB)
+    xpub.curve_server = True
+    xpub.curve_publickey, xpub.curve_secretkey = public, secret
+    ep = tcp()
+    xpub.bind(ep)
+    proc = start("listen", ep, "--curve-serverkey", public.decode(), "--count", "1",
+                 tmp_path=tmp_path)
+    try:
+        wait_subscription(xpub, b"")      # only after the CURVE handshake
+        xpub.send_multipart([b"s", msgpack.packb("secret")])
+        status, out, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (status, err) == (0, "")
+    assert json.loads(out) == {"topic": "s", "payload": "secret"}
+
+
+@pytest.mark.parametrize("command", ["listen", "publish"])
+def test_bad_curve_key(tmp_path, command):
+    proc = run(command, tcp(), "--curve-serverkey", "short",
+               *(["1"] if command == "publish" else []), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "curve_serverkey" in one_error_line(proc.stderr, command)
+
+
 def test_listen_pull_bound(ctx, tmp_path):
     ep = tcp()
     proc = start("listen", ep, "--bind", "--kind", "pull", "--count", "2", tmp_path=tmp_path)

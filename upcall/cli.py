@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Iterator, NoReturn, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import upcall
 from upcall._jsonmap import from_json, to_json, topic_to_json
@@ -351,10 +351,5 @@ def _silence_stdout() -> None:
         pass
 
 
-def run() -> NoReturn:
-    """The console script: exit with main()'s status."""
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    run()
+    sys.exit(main())
