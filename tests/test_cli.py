@@ -448,6 +448,8 @@ def test_wait_timeout(tmp_path):
                                   ["listen", "tcp://127.0.0.1:5", "--kind", "pub"],
                                   ["listen", "tcp://127.0.0.1:5", "--kind", "pull", "-t", "a"],
                                   ["publish", "tcp://127.0.0.1:5", "--wait-timeout", "-1"],
+                                  ["listen", "inproc://elsewhere"],
+                                  ["publish", "inproc://elsewhere", "1"],
                                   ["frobnicate"]])
 def test_usage_errors(tmp_path, args):
     proc = run(*args, cwd=tmp_path)

@@ -328,6 +328,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         opts = parser.parse_args(argv)
     command = f"{PROG} {opts.command}"
     try:
+        if str(getattr(opts, "endpoint", "")).startswith("inproc://"):
+            # libzmq would accept it and wait forever for a peer that cannot come.
+            raise Failure("an inproc:// endpoint exists only inside one process: "
+                          "use ipc:// or tcp:// to reach another", EXIT_USAGE)
         return opts.run(opts)
     except Failure as f:
         print(f"{command}: {f}", file=sys.stderr, flush=True)
