@@ -628,12 +628,13 @@ def test_long_poll_lets_keyboard_interrupt_through(endpoints):
     # EINTR): poll must notice it on its own periodic wake-ups.
     with pair(endpoints, "inproc", "pull", "caller", Collector()) as (pub, sub, _):
         timer = threading.Timer(0.3, _thread.interrupt_main)
-        timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
+                timer.start()     # inside: even a late timer cannot land outside
                 sub.poll(timeout=DEADLINE)
         finally:
             timer.cancel()
+            timer.join()
         # still usable afterwards
         pub.send(b"t", 7)
         assert sub.poll(timeout=DEADLINE, max_messages=1) == 1
