@@ -6,6 +6,7 @@ One extension module built from one .pxi per concept, included in this order:
   _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
+  _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
@@ -39,6 +40,7 @@ from upcall.native cimport NativeHandler
 import atexit
 import inspect
 import itertools
+import logging
 import math
 import os
 import sys
@@ -137,6 +139,7 @@ cdef int _made_here(object token, str cls, str how) except -1:
 include "_slices.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
+include "_errlog.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
@@ -580,6 +583,7 @@ cdef class Bus:
             if factory is None or factory is native_threads:
                 sub._run_name_b = sub._run_name.encode() + b"\0"
                 sub._thread_name = sub._run_name
+                sub._st.native_name = <const char *>sub._run_name_b   # Python's name for it too
                 o.start = _start_native
                 o.start_ctx = <void *><const char *>sub._run_name_b
             else:

@@ -111,10 +111,14 @@ cdef class Subscription:
     cdef _Source _source          # None: a zmq socket
     cdef int _fork_generation
     cdef long _pid
+    cdef _ErrorLog _decode_log    # errors logged without on_error, rate-limited
+    cdef _ErrorLog _target_log
     cdef object __weakref__       # the bus keeps a weak reference
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
+        self._decode_log = _ErrorLog("decode errors")
+        self._target_log = _ErrorLog("target errors")
         self._c = NULL
         self._fork_generation = _fork_generation
         self._pid = os.getpid()
@@ -328,6 +332,7 @@ cdef class Subscription:
             raise TimeoutError(
                 f"{self!r} did not stop within {timeout} s: a target is still "
                 "running; close() again to wait longer")
+        self._flush_error_logs()
         if self._bus is not None:
             self._bus._forget(self)
 
@@ -338,9 +343,12 @@ cdef class Subscription:
     def __exit__(self, *exc_info):
         self.close()
 
-    cdef int _report(self, BaseException exc, object msg) noexcept:
-        """Route an exception from decoding or from the target; returns the
-        verdict for the core (UC_DELIVER_MORE: delivery goes on)."""
+    cdef int _report(self, BaseException exc, object msg, object topic,
+                     bint decoding) noexcept:
+        """Route an exception from decoding (``decoding``) or from the target
+        on a message of ``topic`` (None: a batch): to on_error, else to the
+        "upcall" logger (_errlog.pxi); returns the verdict for the core
+        (UC_DELIVER_MORE: delivery goes on)."""
         if not isinstance(exc, Exception):
             return self._interrupted(exc)
         if self._on_error is not None:
@@ -354,8 +362,15 @@ cdef class Subscription:
                     return self._interrupted(handler_exc)
                 _write_unraisable(handler_exc, self._on_error)
                 return UC_DELIVER_MORE
-        _write_unraisable(exc, self)
+        _log_error(self, self._decode_log if decoding else self._target_log, exc, topic,
+                   decoding)
         return UC_DELIVER_MORE
+
+    cdef _flush_error_logs(self):
+        """The summary records of errors left out of the log (at close)."""
+        cdef double now = _now()
+        self._decode_log.flush(self, now)
+        self._target_log.flush(self, now)
 
     cdef int _interrupted(self, BaseException exc) noexcept:
         """KeyboardInterrupt, SystemExit, GeneratorExit... from the target or
