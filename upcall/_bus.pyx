@@ -176,7 +176,9 @@ def _close_all_at_exit():
         try:
             bus.close(timeout=EXIT_TIMEOUT)
         except Exception as exc:  # a stuck target: report, do not hang exit
-            print(f"upcall: at exit: {exc}", file=sys.stderr)
+            # A record, so that an application's logging setup gets it; with
+            # none, logging's last resort prints the message to stderr.
+            _log.warning("upcall: at exit: %s", exc)
 
 
 def _install_exit_hook():

@@ -66,7 +66,7 @@ cdef class _ErrorLog:
             return
         self.left_out = 0
         try:
-            _log.error("%r: %d more %s in the last %.0f s (not logged: at most %d "
+            _log.error("%r: %d more %s in the last %.1f s (not logged: at most %d "
                        "per %g s per subscription; upcall._bus.LOG_BURST, LOG_INTERVAL)",
                        sub, n, self.what, min(now, self.end) - self.start, self.burst,
                        self.end - self.start, extra={"subscription": sub, "left_out": n})
