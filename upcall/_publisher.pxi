@@ -90,7 +90,7 @@ cdef class Publisher:
     def __repr__(self):
         if self._fork_generation != _fork_generation:
             return f"<upcall.Publisher {self.endpoint} inherited from process {self._pid}>"
-        return f"<upcall.Publisher {self.endpoint}{' closed' if self._c == NULL else ''}>"
+        return f"<upcall.Publisher {self.last_endpoint}{' closed' if self._c == NULL else ''}>"
 
     @property
     def closed(self):
