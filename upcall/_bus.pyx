@@ -668,7 +668,8 @@ A zmq context and every subscription and publisher opened on it.
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
-        mark (0: no limit).  ``linger``: seconds that unsent messages may keep
+        mark (0: no limit).  ``linger``: seconds (pyzmq's ZMQ_LINGER is in
+        milliseconds: ``linger=2.0`` is two seconds) that unsent messages may keep
         the socket open at close (None or math.inf: until they are sent).  ``curve_server``, ``curve_serverkey``,
         ``curve_client``: CURVE encryption, as for :meth:`subscribe`.
         ``default(obj)``: called by the built-in encoder for an object of a
@@ -728,8 +729,8 @@ A zmq context and every subscription and publisher opened on it.
         woken (it raises ValueError, "the bus was closed"), every
         subscription is asked to stop, then each is waited for, the
         publishers are closed (with ``timeout``, their linger is cut to the
-        time left), and the context is waited for.  ``timeout`` (seconds,
-        None: no limit) bounds the whole; TimeoutError if a target is still
+        time left), and the context is waited for.  ``timeout`` (seconds, not
+        pyzmq's milliseconds; None: no limit) bounds the whole; TimeoutError if a target is still
         running or unsent messages still linger then.  Safe from inside a
         target: the context then ends when that target's loop does.  An
         interrupted or timed-out close leaves the bus closing: close() again

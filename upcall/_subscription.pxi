@@ -274,7 +274,8 @@ cdef class Subscription:
     def poll(self, timeout=None, max_messages=None):
         """Caller mode: receive and deliver on this thread.
 
-        Returns after ``timeout`` seconds (None or math.inf: no limit), once
+        Returns after ``timeout`` seconds (not milliseconds, as pyzmq's
+        poll(timeout) takes; None or math.inf: no limit), once
         ``max_messages`` were delivered, when a target raised StopDelivery,
         or when the subscription is closed.  Returns the number of messages
         handed to the target.  Wakes at least every 200 ms for signals, so
@@ -320,8 +321,9 @@ cdef class Subscription:
 
         Safe from inside this subscription's own target (it then only asks the
         loop to stop after the current message).  Raises TimeoutError if the
-        loop did not end within ``timeout`` seconds, e.g. because a target is
-        stuck; calling close() again waits again.
+        loop did not end within ``timeout`` seconds (not pyzmq's
+        milliseconds), e.g. because a target is stuck; calling close() again
+        waits again.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
         self._check_process()
