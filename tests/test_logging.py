@@ -286,3 +286,27 @@ def test_the_at_exit_report_is_a_warning_record(mode):
     assert proc.returncode == 0, report
     assert re.search(r"^upcall\|WARNING\|upcall: at exit: .*did not stop", proc.stdout, re.M), report
     assert proc.stderr == "", report    # a handler is configured: nothing printed elsewhere
+
+
+def test_a_batch_handlers_error_is_one_record_for_the_batch(endpoints, records):
+    class Batches(upcall.Handler):
+        def __init__(self):
+            self.batches = True
+            self.got = []
+
+        def on_batch(self, msgs):
+            if 3 in msgs:
+                raise Boom("batch with 3")
+            self.got.extend(msgs)
+
+    handler = Batches()
+    with upcall.Bus() as bus:
+        sub, pub, pump = open_pull(bus, endpoints("inproc"), handler, "caller", batch=8)
+        for i in range(5):
+            pub.send(b"t", i)
+        deliver_until(lambda: sub.stats["callback_errors"] + sub.stats["delivered"] == 5,
+                      pump, "5 messages")
+        sub.close()
+    [rec] = records.snapshot()
+    assert rec.topic is None and str(rec.exc_info[1]) == "batch with 3"
+    assert " raised on a batch in thread MainThread" in rec.getMessage()

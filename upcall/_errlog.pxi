@@ -89,8 +89,10 @@ cdef void _log_error(object sub, _ErrorLog log, BaseException exc, object topic,
                        sub, topic, threading.current_thread().name, exc,
                        extra={"subscription": sub, "topic": topic})
         else:
-            _log.error("%r: the target raised on topic %r in thread %s; delivery goes on",
-                       sub, topic, threading.current_thread().name, exc_info=exc,
+            # topic None: a Handler's on_batch raised, for a whole batch.
+            _log.error("%r: the target raised on %s in thread %s; delivery goes on",
+                       sub, "a batch" if topic is None else f"topic {topic!r}",
+                       threading.current_thread().name, exc_info=exc,
                        extra={"subscription": sub, "topic": topic})
     except BaseException as log_exc:
         _write_unraisable(log_exc, sub)
