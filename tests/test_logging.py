@@ -279,9 +279,11 @@ AT_EXIT = """
 
 
 @pytest.mark.parametrize("mode", ["native", "python"])
-def test_the_at_exit_report_is_a_warning_record(mode):
+def test_the_at_exit_report_is_a_warning_record(mode, tmp_path):
+    # cwd: not the source tree, whose upcall/ would shadow an installed one.
     proc = subprocess.run([sys.executable, "-c", MODE_PRELUDE + textwrap.dedent(AT_EXIT), mode],
-                          capture_output=True, text=True, env=script_env(), timeout=DEADLINE)
+                          capture_output=True, text=True, env=script_env(), timeout=DEADLINE,
+                          cwd=tmp_path)
     report = f"status {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
     assert re.search(r"^upcall\|WARNING\|upcall: at exit: .*did not stop", proc.stdout, re.M), report

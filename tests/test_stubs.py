@@ -16,14 +16,21 @@ from helpers import UPCALL_PATH, TESTS_DIR
 
 pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
 
-ALLOWLIST = os.path.join(UPCALL_PATH, "stubtest-allowlist.txt")
+# The source tree's allowlist, whichever upcall is imported (editable or installed).
+ALLOWLIST = os.path.join(os.path.dirname(TESTS_DIR), "stubtest-allowlist.txt")
 
 
 def run(args, tmp_path):
-    # From the source tree, so that mypy reads the stubs next to the modules;
-    # the cache goes to a temporary folder.
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=UPCALL_PATH, capture_output=True,
-                          text=True, env={**os.environ, "MYPY_CACHE_DIR": str(tmp_path)})
+    # cwd elsewhere: `-m` puts the cwd first on sys.path, and the source
+    # tree's upcall/ may hold extensions built for another CPython.  mypy
+    # finds an installed upcall's stubs in site-packages by itself, but not
+    # through an editable install's import hook: then MYPYPATH points at the
+    # tree.  The cache goes to a temporary folder.
+    env = {**os.environ, "MYPY_CACHE_DIR": str(tmp_path / "cache")}
+    if os.path.basename(UPCALL_PATH) not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = UPCALL_PATH
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, capture_output=True,
+                          text=True, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
 
