@@ -94,6 +94,16 @@ def test_publisher_repr_shows_the_bound_endpoint():
         assert repr(pub).endswith(" closed>")
 
 
+def test_subscription_repr_shows_the_bound_endpoints():
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(["tcp://127.0.0.1:*", "inproc://repr-sub"], print, kind="pull",
+                            bind=True)
+        bound = sub.last_endpoints[0]
+        assert not bound.endswith(":*")
+        assert repr(sub).startswith(f"<upcall.Subscription {bound},inproc://repr-sub topics=[] ")
+        sub.close()
+
+
 def test_bus_repr_reads_in_the_singular_and_plural():
     with upcall.Bus() as bus:
         assert repr(bus) == "<upcall.Bus 0 subscriptions, 0 publishers>"

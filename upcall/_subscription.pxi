@@ -148,7 +148,9 @@ cdef class Subscription:
             state = f"inherited from process {self._pid}"
         else:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
-        return f"<upcall.Subscription {','.join(self.endpoints)} topics={list(self._topics)!r} {state}>"
+        # As bound or connected: a port picked at bind (tcp://...:*) shows its number.
+        eps = self.last_endpoints if self._c != NULL else self.endpoints
+        return f"<upcall.Subscription {','.join(eps)} topics={list(self._topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
         if self._fork_generation != _fork_generation:
