@@ -28,6 +28,7 @@ from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisabl
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 from upcall.includes.bus cimport *
+from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
@@ -135,6 +136,7 @@ cdef int _made_here(object token, str cls, str how) except -1:
 
 
 include "_slices.pxi"
+include "_oob.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
 include "_subscription.pxi"
@@ -615,7 +617,8 @@ cdef class Bus:
 
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  default=None, encoder=None, socket_options=None):
+                  default=None, encoder=None, socket_options=None,
+                  oob_threshold=DEFAULT_OOB_THRESHOLD):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
@@ -629,6 +632,9 @@ cdef class Bus:
         ``msgspec.msgpack.Encoder().encode``); it must return a bytes-like
         object.
         ``socket_options``: libzmq options by name, as for :meth:`subscribe`.
+        ``oob_threshold``: bytes-like values of this many bytes or more travel
+        out of band, as frames of their own without a copy (docs/wire.md);
+        None: never.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -657,6 +663,7 @@ cdef class Bus:
         pub.endpoint = endpoint
         pub._encoder = Encoder(default=default)
         pub._encode = encoder
+        pub._oob_threshold = _oob_threshold_arg(oob_threshold)
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
         try:
