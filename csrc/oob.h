@@ -100,8 +100,8 @@ typedef struct uc_held uc_held;
  * deliver call was given (e.g. &msg->extra[i]), past that call: *out gets a
  * new reference to the zmq message (no copy of its bytes).  Only on the
  * loop's thread, inside deliver.  UC_OK; UC_ERR_ARG when f is not a frame
- * of that batch or the source has no zmq messages (the synthetic source:
- * copy the bytes instead); UC_ERR_NOMEM. */
+ * of that batch or the source has no zmq messages (a source that is not a
+ * zmq socket: copy the bytes instead); UC_ERR_NOMEM. */
 int uc_sub_hold(uc_sub *sub, const uc_frame *f, uc_held **out);
 
 /* The held bytes: valid until uc_held_free.  Any thread. */

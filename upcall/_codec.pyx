@@ -463,8 +463,9 @@ ucd_pack_other = _hook_pack_other
 
 # ---------------------------------------------------------------- out-of-band values
 
-#: Frames after the payload that one message may carry (UC_MAX_FRAMES - 2).
-MAX_OOB_FRAMES = 14
+# Frames after the payload that one message may carry (UC_MAX_FRAMES - 2,
+# upcall.MAX_OOB_FRAMES).
+cdef Py_ssize_t MAX_OOB_FRAMES = 14
 
 
 @cython.final
@@ -503,7 +504,7 @@ cdef int _pack_wire(Encoder e, object o, mp_writer *w) except -1:
     b = OobBuffer.__new__(OobBuffer)
     try:
         PyObject_GetBuffer(o, &b.view, PyBUF_SIMPLE)
-    except BufferError as exc:
+    except (BufferError, ValueError) as exc:   # numpy says ValueError
         raise BufferError(f"upcall: cannot send a {type(o).__qualname__} whose buffer is not "
                           f"contiguous ({exc}); send a contiguous copy") from None
     b.held = True

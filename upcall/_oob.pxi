@@ -25,6 +25,8 @@ from upcall._codec cimport OobBuffer
 
 #: Values of this many bytes or more go out of band (PERF.md, "Large payloads").
 DEFAULT_OOB_THRESHOLD = 64 * 1024
+#: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
+MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
 
 # One queue for the process, never freed: a peer (an inproc subscriber
 # keeping a view) may hold a frame for as long as it likes.
