@@ -50,6 +50,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--large-impls", default=",".join(IMPLS), metavar="I,...")
     g.add_argument("--large-repeats", type=int, default=None, metavar="N",
                    help="interleaved rounds (default 3, --quick 1)")
+    g.add_argument("--large-threshold", action="store_true",
+                   help="only the threshold sweep: inline vs out of band for 1 KB-1 MB values")
 
 
 def _count(size: int, quick: bool) -> int:
@@ -246,9 +248,64 @@ def _memcpy(size, payload, touched, fresh):
     return size / t
 
 
+THRESHOLD_SIZES = [1024, 4096, 16384, 32768, 65536, 262144, 1048576]
+
+
+def _threshold_row(bus, ipc_dir, size, oob, quick):
+    """Messages {"blob": bytes(size)} over ipc, publisher and subscriber in
+    this process: delivered msgs/s and process CPU per message."""
+    from bench.measure import process_cpu
+    n = 200 if quick else max(200, min(20000, (400 * MB) // size))
+    got = _Times(n)
+    ep = f"ipc://{ipc_dir}/thr-{time.monotonic_ns()}"
+    sub = bus.subscribe(ep, lambda m: got(len(m["blob"])), kind="pull", bind=True)
+    pub = bus.publisher(ep, kind="push", bind=False, oob_threshold=1 if oob else None)
+    blob = bytes(size)
+    pub.send(b"t", {"blob": blob})      # connected: the first one waits for it
+    got.times.clear()
+    got.sizes.clear()
+    c0, t0 = process_cpu(), time.perf_counter()
+    for _ in range(n):
+        pub.send(b"t", {"blob": blob})
+    got.done.wait(300)
+    t1, c1 = time.perf_counter(), process_cpu()
+    sub.close()
+    pub.close()
+    return {"msgs_per_s": len(got.times) / (t1 - t0), "cpu_us": (c1 - c0) / max(1, len(got.times)) * 1e6}
+
+
+def run_threshold(opts) -> list[dict]:
+    import upcall
+    repeats = opts.large_repeats or (1 if opts.quick else 3)
+    ipc_dir = tempfile.mkdtemp(prefix="uc-thr-", dir="/tmp")
+    res: dict[tuple, list] = {}
+    with upcall.Bus() as bus:
+        variants = [(size, oob) for size in THRESHOLD_SIZES for oob in (False, True)]
+        for _, (size, oob) in interleave(variants, repeats):
+            wait_for_idle(timeout=10)
+            res.setdefault((size, oob), []).append(_threshold_row(bus, ipc_dir, size, oob, opts.quick))
+    print(f"\n## Out-of-band threshold: one value of `size` bytes per message, ipc, "
+          f"publisher and subscriber in one process (median of {repeats})")
+    print(f"{'size':>8} {'inline msgs/s':>14} {'oob msgs/s':>11} {'oob/inline':>10} "
+          f"{'inline CPU us':>13} {'oob CPU us':>10}")
+    records = []
+    for size in THRESHOLD_SIZES:
+        a, b = res[(size, False)], res[(size, True)]
+        ra, rb = summarize(r["msgs_per_s"] for r in a), summarize(r["msgs_per_s"] for r in b)
+        ca, cb = summarize(r["cpu_us"] for r in a), summarize(r["cpu_us"] for r in b)
+        rec = {"size": size, "inline_rate": ra.median, "oob_rate": rb.median,
+               "inline_cpu_us": ca.median, "oob_cpu_us": cb.median}
+        records.append(rec)
+        print(f"{size:>8} {ra.median:>14.0f} {rb.median:>11.0f} {rb.ratio_to(ra):>10.2f} "
+              f"{ca.median:>13.1f} {cb.median:>10.1f}")
+    return records
+
+
 def run(opts) -> list[dict]:
     import upcall
     import zmq
+    if opts.large_threshold:
+        return run_threshold(opts)
     sizes = [int(float(s) * MB) for s in opts.large_sizes.split(",") if s]
     if opts.huge:
         sizes.append(1000 * MB)
