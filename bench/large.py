@@ -14,11 +14,15 @@ Rows, per transport and payload size, all in the same run:
 
 Over ipc and tcp the subscriber is a process of its own (``python -m
 bench.large --role sub``): it binds, the publisher (this process) connects
-and sends ``count`` messages; the rate is (count - 1) payloads over the time
-between the first and the last delivery, and the subscriber's peak RSS
-(``ru_maxrss``) above its RSS before the first message is given over the
-payload size.  Over inproc publisher and subscriber share this process, and
-the rate is the same measure.
+and sends ``count`` messages, one at a time: the next is sent once the
+subscriber has said (a line on its stdout) that the target got the last
+one, so that a queue of messages never decides the memory figure.  The
+rate is count payloads over the time from the first send to the last
+acknowledgement (for 100 MB the acknowledgement's own ~0.1 ms is noise);
+the subscriber's peak RSS (``ru_maxrss``) above its RSS before the first
+message is given over the payload size.  Over inproc publisher and
+subscriber share this process, same measure, and ``ms/msg`` shows what
+delivering one payload costs.
 
     python bench_upcalls.py --large [--large-sizes 1,100] [--huge] [--large-transports ipc]
 """
@@ -73,15 +77,18 @@ def _peak_rss() -> int:
 # ---- the subscriber side ----------------------------------------------------
 
 class _Times:
-    def __init__(self, count: int):
+    def __init__(self, count: int, ack=None):
         self.count = count
         self.times: list[float] = []
         self.sizes: list[int] = []
         self.done = threading.Event()
+        self.ack = ack
 
     def __call__(self, n: int) -> None:
         self.times.append(time.perf_counter())
         self.sizes.append(n)
+        if self.ack is not None:
+            self.ack()
         if len(self.times) >= self.count:
             self.done.set()
 
@@ -132,7 +139,11 @@ def sub_main(argv) -> int:
     ap.add_argument("--endpoint")
     ap.add_argument("--count", type=int)
     o = ap.parse_args(argv)
-    times = _Times(o.count)
+
+    def ack():
+        sys.stdout.write("ack\n")
+        sys.stdout.flush()
+    times = _Times(o.count, ack)
     stop = threading.Event()
     if o.impl.startswith("upcall"):
         import upcall
@@ -165,24 +176,32 @@ def sub_main(argv) -> int:
 
 # ---- the publisher side (this process) ----------------------------------
 
-def _send(impl, ep, payload, count, bus=None, zctx=None):
+def _send(impl, ep, payload, count, wait_ack, bus=None, zctx=None):
+    """Send count messages one at a time (wait_ack() after each); returns
+    (the sender, the seconds from the first send to the last ack)."""
     if impl.startswith("upcall"):
         pub = bus.publisher(ep, kind="push", bind=False,
                             oob_threshold=None if impl == "upcall inline" else 1)
-        last = None
+        pub.send(b"large", {"blob": payload})      # warm-up: connected, thread started
+        wait_ack()
+        t0 = time.perf_counter()
         for _ in range(count):
-            last = pub.send(b"large", {"blob": payload})
-        return pub, last
+            pub.send(b"large", {"blob": payload})
+            wait_ack()
+        return pub, time.perf_counter() - t0
     import msgpack
     import zmq
     sock = zctx.socket(zmq.PUSH)
     sock.connect(ep)
-    for _ in range(count):
+    for i in range(count + 1):       # the first is the warm-up, not timed
+        if i == 1:
+            t0 = time.perf_counter()
         if impl == "pyzmq copy=False":
             sock.send_multipart([b"large", payload], copy=False)
         else:
             sock.send_multipart([b"large", msgpack.packb({"blob": payload})])
-    return sock, None
+        wait_ack()
+    return sock, time.perf_counter() - t0
 
 
 def _row_remote(impl, transport, size, payload, ipc_dir, bus, zctx, quick):
@@ -190,14 +209,17 @@ def _row_remote(impl, transport, size, payload, ipc_dir, bus, zctx, quick):
     ep = f"ipc://{ipc_dir}/large-{os.getpid()}-{time.monotonic_ns()}" if transport == "ipc" \
         else "tcp://127.0.0.1:*"
     proc = subprocess.Popen([sys.executable, "-m", "bench.large", "--role", "sub", "--impl", impl,
-                             "--endpoint", ep, "--count", str(count)],
+                             "--endpoint", ep, "--count", str(count + 1)],
                             stdout=subprocess.PIPE, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         line = proc.stdout.readline().split()
         if not line or line[0] != "ready":
             raise RuntimeError(f"subscriber for {impl} did not start: {line}")
-        sender, _ = _send(impl, line[1], payload, count, bus=bus, zctx=zctx)
+        def wait_ack():
+            if proc.stdout.readline().strip() != "ack":
+                raise RuntimeError(f"subscriber for {impl} ended early")
+        sender, elapsed = _send(impl, line[1], payload, count, wait_ack, bus=bus, zctx=zctx)
         out = proc.stdout.readline()
         proc.wait(60)
     finally:
@@ -205,30 +227,33 @@ def _row_remote(impl, transport, size, payload, ipc_dir, bus, zctx, quick):
             proc.kill()
     sender.close()
     res = json.loads(out)
+    res["rate"] = count * size / elapsed
     res["rss_over_payload"] = (res["rss_peak"] - res["rss_base"]) / size
     return res
 
 
 def _row_inproc(impl, size, payload, bus, zctx, quick):
     count = _count(size, quick)
-    times = _Times(count)
+    acked = threading.Semaphore(0)
+    times = _Times(count + 1, acked.release)
     ep = f"inproc://large-{time.monotonic_ns()}"
     stop = threading.Event()
+
+    def wait_ack():
+        if not acked.acquire(timeout=300):
+            raise RuntimeError(f"{impl} over inproc: no delivery")
     if impl.startswith("upcall"):
         sub = _upcall_sub(bus, ep, times)
-        sender, _ = _send(impl, ep, payload, count, bus=bus)
-        times.done.wait(300)
+        sender, elapsed = _send(impl, ep, payload, count, wait_ack, bus=bus)
         sub.close()
     else:
         sock, th = _pyzmq_sub(zctx, ep, times, impl, stop)
         th.start()
-        sender, _ = _send(impl, ep, payload, count, zctx=zctx)
-        times.done.wait(300)
+        sender, elapsed = _send(impl, ep, payload, count, wait_ack, zctx=zctx)
         stop.set()
         th.join(5)
     sender.close()
-    res = times.result()
-    res["rss_over_payload"] = float("nan")
+    res = {"rate": count * size / elapsed, "rss_over_payload": float("nan")}
     return res
 
 
@@ -340,8 +365,8 @@ def run(opts) -> list[dict]:
     records = []
     print("\n## Large payloads: GB/s at the subscriber (median, min-max of "
           f"{repeats} interleaved rounds), subscriber peak RSS over payload")
-    print(f"{'size':>7} {'transport':<9} {'implementation':<18} {'GB/s':>7} {'min-max':>13} "
-          f"{'x pyzmq raw':>11} {'x msgpack':>9} {'RSS/payload':>11}")
+    print(f"{'size':>7} {'transport':<9} {'implementation':<18} {'GB/s':>8} {'min-max':>15} "
+          f"{'ms/msg':>7} {'x pyzmq raw':>11} {'x msgpack':>9} {'RSS/payload':>11}")
     for size in sizes:
         for transport in transports + ["-"]:
             floor = results.get((size, transport, "pyzmq copy=False"))
@@ -360,9 +385,10 @@ def run(opts) -> list[dict]:
                        "x_msgpack": s.ratio_to(ms) if ms else float("nan"),
                        "rss_over_payload": rss.median}
                 records.append(rec)
-                print(f"{size / MB:>5.0f}MB {transport:<9} {impl:<18} {rec['gbps']:>7.2f} "
-                      f"{rec['gbps_min']:>6.2f}-{rec['gbps_max']:<6.2f} {rec['x_pyzmq_raw']:>11.2f} "
-                      f"{rec['x_msgpack']:>9.2f} {rec['rss_over_payload']:>11.2f}")
+                print(f"{size / MB:>5.0f}MB {transport:<9} {impl:<18} {rec['gbps']:>8.2f} "
+                      f"{rec['gbps_min']:>7.2f}-{rec['gbps_max']:<7.2f} {size / s.median * 1e3:>7.2f} "
+                      f"{rec['x_pyzmq_raw']:>11.2f} {rec['x_msgpack']:>9.2f} "
+                      f"{rec['rss_over_payload']:>11.2f}")
     return records
 
 
