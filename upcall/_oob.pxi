@@ -24,7 +24,7 @@ cdef extern from "Python.h":
 from upcall._codec cimport OobBuffer
 
 #: Values of this many bytes or more go out of band (PERF.md, "Large payloads").
-DEFAULT_OOB_THRESHOLD = 64 * 1024
+DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
 MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
 
