@@ -47,6 +47,8 @@ cdef class Decoder:
     cdef void *_state              # ucd_config (upcall/_codec_c.h): limits + key cache
     # Decode exactly one object from data[0:size]; raises DecodeError.
     cdef object decode_view(self, const char *data, Py_ssize_t size)
+    # decode_msg for a message with no frame after its payload.
+    cdef object decode_wire(self, const char *data, Py_ssize_t size)
     # decode_view for a subscription's message: extra points to n_extra
     # (data, size) frames after the payload (uc_frame's layout); its
     # out-of-band references become make(ctx, i), each frame must be

@@ -59,6 +59,7 @@ cdef extern from "_codec_c.h":
         object (*make)(void *ctx, size_t i)
         void *ctx
     Py_ssize_t ucd_oob_min
+    ucd_frames ucd_no_frames
     void ucd_config_clear_keys(ucd_config *cfg)
     object ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size)
     object ucd_decode_frames(ucd_config *cfg, const char *data, Py_ssize_t size, ucd_frames *fr)
@@ -639,6 +640,9 @@ cdef class Decoder:
 
     cdef object decode_view(self, const char *data, Py_ssize_t size):
         return ucd_decode(<ucd_config *>self._state, data, size)
+
+    cdef object decode_wire(self, const char *data, Py_ssize_t size):
+        return ucd_decode_frames(<ucd_config *>self._state, data, size, &ucd_no_frames)
 
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
                            size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):

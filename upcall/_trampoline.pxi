@@ -269,6 +269,8 @@ cdef inline object _decode(Decoder decoder, const uc_msg *m):
     cut at UC_MAX_FRAMES (no byte is at fault: offset None)."""
     if m.n_frames > 2 + m.n_extra:
         _raise_frames(m)
+    if m.n_extra == 0:          # the usual message: three arguments, as before frames
+        return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
     return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra, m.n_extra,
                               _oob_value, <void *>m)
 
