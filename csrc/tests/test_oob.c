@@ -2,7 +2,7 @@
  * released exactly once when libzmq is done, frames held past deliver. */
 #define _GNU_SOURCE
 #include "bus.h"
-#include "oob.h"
+#include "oob_impl.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +47,57 @@ static int test_release_queue(void)
     CHECK_EQ(uc_relq_outstanding(q), 0);
     CHECK_EQ(uc_relq_ready(q), 0);
     uc_relq_free(q);
+    return 0;
+}
+
+/* Releases from many threads at once (as from libzmq's I/O threads and
+ * the threads closing received copies) reach the queue exactly once each,
+ * while another thread drains and waits. */
+enum { RQ_THREADS = 4, RQ_EACH = 2000 };
+static uc_relq *g_rq;
+static char g_rq_tokens[RQ_THREADS * RQ_EACH];
+
+static void *rq_putter(void *arg)
+{
+    size_t base = (size_t)arg * RQ_EACH;
+    for (size_t i = 0; i < RQ_EACH; i++) {
+        uc_release *r = uc_release_new(g_rq, &g_rq_tokens[base + i]);
+        if (!r)
+            abort();
+        uc_release_get(r);        /* a frame's reference, then the owner's */
+        uc_release_put(r);
+        uc_release_put(r);
+    }
+    return NULL;
+}
+
+static int test_release_queue_threads(void)
+{
+    g_rq = uc_relq_new();
+    CHECK(g_rq);
+    memset(g_rq_tokens, 0, sizeof g_rq_tokens);
+    pthread_t th[RQ_THREADS];
+    for (size_t t = 0; t < RQ_THREADS; t++)
+        CHECK_EQ(pthread_create(&th[t], NULL, rq_putter, (void *)t), 0);
+    size_t got = 0;
+    void *tokens[64];
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (got < RQ_THREADS * RQ_EACH && !passed(&d)) {
+        uc_relq_wait(g_rq, 50);
+        size_t n = uc_relq_drain(g_rq, tokens, 64);
+        for (size_t i = 0; i < n; i++)
+            ((char *)tokens[i])[0]++;
+        got += n;
+    }
+    for (size_t t = 0; t < RQ_THREADS; t++)
+        pthread_join(th[t], NULL);
+    got += uc_relq_drain(g_rq, tokens, 64);
+    CHECK_EQ(got, RQ_THREADS * RQ_EACH);
+    for (size_t i = 0; i < sizeof g_rq_tokens; i++)
+        CHECK_EQ(g_rq_tokens[i], 1);
+    CHECK_EQ(uc_relq_outstanding(g_rq), 0);
+    uc_relq_free(g_rq);
     return 0;
 }
 
@@ -186,6 +237,7 @@ int main(void)
     if (fixtures_setup() != 0)
         return 2;
     run("release_queue", test_release_queue);
+    run("release_queue_threads", test_release_queue_threads);
     run("send_and_hold_inproc", test_send_and_hold_inproc);
     run("send_and_hold_ipc", test_send_and_hold_ipc);
     run("send_and_hold_tcp", test_send_and_hold_tcp);
