@@ -75,7 +75,7 @@ def test_round_trip_every_kind(endpoints, transport, size):
                 assert isinstance(got[name], bytes), name
         del got
         col.items.clear()      # on inproc the views are the sender's memory: drop them first
-        assert sent.wait(DEADLINE) if size >= THRESHOLD else sent.done
+        assert sent.wait(DEADLINE) if size >= THRESHOLD else sent is None
     _wait_released()
 
 
@@ -226,8 +226,7 @@ def test_copy_true_frees_the_buffer_at_once(endpoints):
     ba = bytearray(b"a" * LARGE)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", lambda m: kept.append(m))
-        sent = pub.send(b"t", {"v": ba}, copy=True)
-        assert sent.done
+        assert pub.send(b"t", {"v": ba}, copy=True) is None   # nothing held: nothing to wait for
         ba[:] = b"b" * LARGE     # allowed at once: libzmq has its own copy
         ba.extend(b"c")
         wait_for(lambda: kept)
@@ -432,3 +431,19 @@ def test_value_over_4_gib(endpoints):
         big = mmap.mmap(-1, size)
         with pytest.raises(ValueError, match="inline"):
             bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=None).send(b"t", big)
+
+
+def test_send_returns_none_unless_a_buffer_is_held(endpoints):
+    """send() returned None before out-of-band frames; code that waits with
+    `pub.send(...) or arrived()` (tests/test_curve.py does) must keep
+    working: only a message holding buffers returns a Sent (truthy)."""
+    col = Collector()
+    with upcall.Bus() as bus:
+        sub, pub = _pair(bus, endpoints, "ipc", col)
+        assert pub.send(b"t", {"small": b"x" * 10}) is None
+        assert pub.send(b"t", {"big": bytes(LARGE)}, copy=True) is None
+        sent = pub.send(b"t", {"big": bytes(LARGE)})
+        assert isinstance(sent, upcall.Sent)
+        col.wait(3)
+        assert sent.wait(DEADLINE) and sent.done
+        assert repr(sent) == "<upcall.Sent done>"

@@ -38,13 +38,14 @@ cdef int _drain_scheduled = 0
 
 @cython.final
 cdef class Sent:
-    """What :meth:`Publisher.send` returns: whether libzmq is done with the
-    message's out-of-band values (docs/wire.md).
+    """What :meth:`Publisher.send` returns for a message whose out-of-band
+    values went without a copy: whether libzmq is done with them
+    (docs/wire.md).
 
-    Until ``done``, the buffers sent without a copy are still read by libzmq
-    (or, on ``inproc://``, viewed by a subscriber): they must not be changed.
-    A message with no out-of-band value, or sent with ``copy=True``, is done
-    when ``send`` returns.
+    Until ``done``, those buffers are still read by libzmq (or, on
+    ``inproc://``, viewed by a subscriber): they must not be changed.  A
+    message with no such value (small values only, or ``copy=True``) returns
+    None instead: it holds nothing once ``send`` returns.
     """
     cdef list _buffers     # the OobBuffer views, until released
     cdef bint _done
@@ -69,10 +70,6 @@ cdef class Sent:
 
     def __repr__(self):
         return f"<upcall.Sent {'done' if self._done else 'in flight'}>"
-
-
-cdef Sent _SENT_DONE = Sent.__new__(Sent)
-_SENT_DONE._done = True
 
 
 cdef int _release_step(object owner, int slice_ms, void *arg) except -1:

@@ -122,7 +122,8 @@ cdef class Publisher:
         of their own (docs/wire.md), handed to libzmq without a copy: do not
         change them until the returned :class:`Sent` is ``done`` (or
         ``wait()`` for it); ``copy=True`` copies them instead, and they are
-        free when send returns.
+        free when send returns.  Returns a :class:`Sent` when the message
+        holds such buffers, else None (as before: nothing to wait for).
         """
         cdef int ms = _timeout_ms(timeout, "timeout")
         cdef _TopicView t = _TopicView(topic)
@@ -132,7 +133,7 @@ cdef class Publisher:
             _drain_releases()
         if self._encode is not None:
             self._send_payload(t, _encoded(self._encode, obj), ms)
-            return _SENT_DONE
+            return None
         if not self._writer_busy:
             # The shared buffer is claimed before packing: packing may run
             # Python code (a tzinfo's utcoffset), and any other thread may
@@ -144,7 +145,7 @@ cdef class Publisher:
                 oob = self._encoder.pack_oob(obj, &self._w, self._oob_threshold)
                 if oob is None:
                     self._send_raw(t, self._w.data, self._w.len, ms, NULL, 0)
-                    return _SENT_DONE
+                    return None
                 return self._send_oob(t, self._w.data, self._w.len, <list>oob, ms, copy)
             finally:
                 self._writer_busy = False
@@ -155,13 +156,13 @@ cdef class Publisher:
             oob = self._encoder.pack_oob(obj, &own, self._oob_threshold)
             if oob is None:
                 self._send_raw(t, own.data, own.len, ms, NULL, 0)
-                return _SENT_DONE
+                return None
             return self._send_oob(t, own.data, own.len, <list>oob, ms, copy)
         finally:
             mp_writer_free(&own)
 
-    cdef Sent _send_oob(self, _TopicView t, const char *data, size_t size, list oob, int ms,
-                        bint copy):
+    cdef object _send_oob(self, _TopicView t, const char *data, size_t size, list oob, int ms,
+                          bint copy):
         """Send the payload and the out-of-band values in oob (OobBuffer):
         over their own memory (a release through _relq marks the Sent done
         once libzmq is done with every frame), or copied (copy=True)."""
@@ -189,7 +190,7 @@ cdef class Publisher:
             if r != NULL:
                 uc_release_put(r)
         if copy:
-            sent._done = True
+            return None        # libzmq has its own copies: nothing to wait for
         return sent
 
     def send_async(self, topic, obj, *, timeout=None):
