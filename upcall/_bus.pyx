@@ -31,6 +31,7 @@ from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 from upcall.includes.bus cimport *
+from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
@@ -152,6 +153,7 @@ cdef int _made_here(object token, str cls, str how) except -1:
 
 
 include "_slices.pxi"
+include "_oob.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
 include "_errlog.pxi"
@@ -664,7 +666,8 @@ A zmq context and every subscription and publisher opened on it.
 
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  default=None, encoder=None, socket_options=None):
+                  default=None, encoder=None, socket_options=None,
+                  oob_threshold=DEFAULT_OOB_THRESHOLD):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
@@ -679,6 +682,9 @@ A zmq context and every subscription and publisher opened on it.
         ``msgspec.msgpack.Encoder().encode``); it must return a bytes-like
         object.
         ``socket_options``: libzmq options by name, as for :meth:`subscribe`.
+        ``oob_threshold``: bytes-like values of this many bytes or more travel
+        out of band, as frames of their own without a copy (docs/wire.md);
+        None: never.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -707,6 +713,7 @@ A zmq context and every subscription and publisher opened on it.
         pub.endpoint = endpoint
         pub._encoder = Encoder(default=default)
         pub._encode = encoder
+        pub._oob_threshold = _oob_threshold_arg(oob_threshold)
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
         try:
