@@ -16,7 +16,6 @@ call before making it, so a crash is a failure naming the call, not a dead
 pytest.
 """
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -30,7 +29,7 @@ import upcall.native
 import upcall._bus
 import upcall._codec
 
-from helpers import TESTS_DIR
+from helpers import script_env
 
 MODULES = ["upcall", "upcall._bus", "upcall._codec", "upcall.handler", "upcall.native",
            "upcall.aio"]
@@ -117,14 +116,9 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("modname, typename", TYPES, ids=[f"{m}.{n}" for m, n in TYPES])
 def test_a_wrong_self_is_a_type_error(modname, typename, tmp_path):
-    # cwd elsewhere, the tests directory on the path as for pytest itself: the
-    # same upcall is imported as in this process.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [os.path.dirname(os.path.dirname(upcall.__file__)), TESTS_DIR,
-         os.environ.get("PYTHONPATH", "")])}
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD, modname, typename], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60, env=env)
+                              capture_output=True, text=True, timeout=60, env=script_env())
         out, err, code = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
