@@ -292,6 +292,7 @@ cdef Py_ssize_t _check_depth(object value, str where) except -1:
 
 # ---------------------------------------------------------------- Encoder
 
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Encoder:
     """Encoder(*, max_depth=512, default=None)
 --
@@ -486,6 +487,7 @@ cdef int _pack_buffer(object o, mp_writer *w) except -1:
 
 # ---------------------------------------------------------------- Decoder
 
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Decoder:
     """Decoder(*, timestamp='timestamp', max_depth=512, max_len=None)
 --
