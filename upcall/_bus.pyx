@@ -336,8 +336,16 @@ cdef int _bus_close_step(object unused, int slice_ms, void *arg) except -1:
     return rc == UC_OK
 
 
+cdef int _check_self(object obj, str method) except -1:
+    """For Bus's cyfunction methods: the TypeError CPython raises when one of
+    the C methods is called unbound with another object as self."""
+    if not isinstance(obj, Bus):
+        raise TypeError(f"descriptor {method!r} for 'upcall.Bus' objects doesn't apply to a "
+                        f"{type(obj).__name__!r} object")
+    return 0
+
+
 @cython.final
-@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Bus:
     """Bus(io_threads=1, thread_factory=None, max_sockets=None)
 --
@@ -459,6 +467,11 @@ A zmq context and every subscription and publisher opened on it.
         errno = err
         _check_rc(rc, what, -1, _endpoint_detail(endpoint, err, bind))
 
+    # A cyfunction (binding=True), unlike the other methods (setup.py): the
+    # default (b"",) in a C method's text signature reads as b'' to
+    # inspect.signature() on Python < 3.12 (a trailing comma is dropped).
+    # So self is checked here, as CPython checks it for the others.
+    @cython.binding(True)
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
@@ -491,11 +504,13 @@ A zmq context and every subscription and publisher opened on it.
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).
         """
+        _check_self(self, "subscribe")
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
             socket_options, GIL_ADOPT, None)
 
+    @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
@@ -512,6 +527,7 @@ A zmq context and every subscription and publisher opened on it.
         ``stats["dropped"]``.  Returns an ``upcall.aio.AsyncSubscription``
         (``async with`` closes it).  docs/asyncio.md.
         """
+        _check_self(self, "subscribe_async")
         from upcall.aio import AsyncSubscription   # asyncio only for those who use it
         self._check_open()
         asub = AsyncSubscription(self, endpoint, queue_size, dict(

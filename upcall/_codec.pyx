@@ -178,7 +178,6 @@ cdef inline int _ck(int rc) except -1:
 
 # ---------------------------------------------------------------- Timestamp
 
-@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Timestamp:
     """Timestamp(seconds, nanoseconds=0)
 --
@@ -252,7 +251,6 @@ cdef Timestamp _ts_from_datetime(object dt):
 
 # ---------------------------------------------------------------- ExtType
 
-@cython.embedsignature(False)
 cdef class ExtType:
     """ExtType(code, data)
 --
@@ -325,7 +323,7 @@ cdef Py_ssize_t _check_depth(object value, str where) except -1:
 
 # ---------------------------------------------------------------- Encoder
 
-@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Encoder:
     """Encoder(*, max_depth=512, default=None)
 --
@@ -610,7 +608,7 @@ cdef int _pack_buffer(object o, mp_writer *w) except -1:
 
 # ---------------------------------------------------------------- Decoder
 
-@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Decoder:
     """Decoder(*, timestamp='timestamp', max_depth=512, max_len=None)
 --
