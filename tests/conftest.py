@@ -2,6 +2,7 @@ import contextlib
 import faulthandler
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -33,6 +34,14 @@ _watchdog_file = None
 
 
 def pytest_configure(config):
+    # A run started as a background job by a shell without job control
+    # (`make test &`, nohup, some CI runners) inherits SIGINT ignored, and
+    # Python then leaves it ignored: every Ctrl-C test would wait for a
+    # KeyboardInterrupt that never comes, here and in the scripts the tests
+    # start (an ignored signal stays ignored across exec; a handled one is
+    # reset to the default, which Python turns into KeyboardInterrupt).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # The dump must reach the real stderr, not pytest's capture of fd 2
     # (which is lost when the process exits).
     global _watchdog_file

@@ -70,7 +70,7 @@ class Script:
             try:
                 line = self.lines.get(timeout=timeout)
             except queue.Empty:
-                self.kill()
+                self.dump_and_kill()
                 pytest.fail(f"no {text!r} line within {timeout} s: {self.report()}")
             if line is None:
                 pytest.fail(f"script ended before printing {text!r}: {self.report()}")
