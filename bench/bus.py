@@ -13,6 +13,24 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       ``msgspec.msgpack.Decoder().decode`` and calls the target
 * ``pyzmq+msgpack``   the same loop decoding with ``msgpack.unpackb``
 
+Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asyncio:
+
+* ``typed``           upcall, native thread, ``decoder=msgspec.msgpack.Decoder(Small).decode``
+* ``typed-raw``       upcall, native thread, ``raw=True`` and the same decoder
+                      called by the target (what a user without ``decoder=`` writes)
+* ``pyzmq+typed``     the careful pyzmq loop above with the same ``Small`` decoder
+* ``asyncio``         ``async for msg in bus.subscribe_async(...)`` on an asyncio
+                      event loop (this process's main thread), decoding with
+                      ``decoder=msgspec.msgpack.Decoder().decode``
+* ``zmq.asyncio``     a careful ``zmq.asyncio`` loop on the same kind of event
+                      loop: ``await sock.poll()``, then drain up to a batch with
+                      non-blocking ``recv`` calls on the socket's synchronous
+                      shadow, decoding with the same msgspec decoder
+
+Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
+``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
+table.  No round trips are measured for the two asyncio rows.
+
 it measures:
 
 Throughput (PUSH/PULL, nothing may be lost)
@@ -67,10 +85,14 @@ from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_u
 from bench.workload import TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
-UPCALL_MODES = ["native", "python_threads", "caller"]
-PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack"]
+UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
+PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio"]
 MODES = UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
+#: Rows consumed by a coroutine on an event loop (no round trips measured).
+ASYNC_MODES = {"asyncio", "zmq.asyncio"}
+#: (row, the row it is compared with): same decoder, same run.
+PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio")]
 
 DEFAULT_N = 200_000
 DEFAULT_RTT = 20_000
@@ -118,17 +140,44 @@ def _upcall_bus():
         return None
 
 
+_SMALL_STRUCT = None
+
+
+def small_struct():
+    """The workload's map (bench.workload.SMALL_MESSAGE) as a msgspec Struct."""
+    global _SMALL_STRUCT
+    if _SMALL_STRUCT is None:
+        import msgspec
+
+        class Small(msgspec.Struct):
+            id: int
+            sym: str
+            px: float
+            sizes: list[int]
+            venue: str
+        _SMALL_STRUCT = Small
+    return _SMALL_STRUCT
+
+
 def _decoder(mode: str) -> Callable[[bytes], Any] | None:
+    """The payload decoder a row uses (None: upcall's built-in one, or missing)."""
     try:
-        if mode == "pyzmq+msgspec":
+        if mode in ("pyzmq+msgspec", "asyncio", "zmq.asyncio"):
             import msgspec
             return msgspec.msgpack.Decoder().decode
+        if mode in ("pyzmq+typed", "typed", "typed-raw"):
+            import msgspec
+            return msgspec.msgpack.Decoder(small_struct()).decode
         if mode == "pyzmq+msgpack":
             import msgpack
             return msgpack.unpackb
     except ImportError:
         return None
     return None
+
+
+#: Rows whose decoder is msgspec's.
+_MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio", "zmq.asyncio"}
 
 
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -145,11 +194,11 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
             if not zmq_ok:
                 notes.append(f"{m}: pyzmq not installed")
                 continue
-            if _decoder(m) is None:
-                notes.append(f"{m}: {m.split('+')[1]} not installed")
-                continue
         else:
             raise ValueError(f"unknown bus mode {m!r}")
+        if (m in _MSGSPEC_MODES or m in PYZMQ_MODES) and _decoder(m) is None:
+            notes.append(f"{m}: {'msgspec' if m in _MSGSPEC_MODES else 'msgpack'} not installed")
+            continue
         ok.append(m)
     return ok, notes
 
@@ -283,7 +332,96 @@ def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch:
         kw["delivery"] = "caller"
     elif mode == "python_threads":
         kw["thread_factory"] = ub.python_threads
+    elif mode == "typed":
+        kw["decoder"] = _decoder(mode)
+    elif mode == "typed-raw":
+        kw["raw"] = True
+        decode, inner = _decoder(mode), target
+
+        def target(payload):                # what a user without decoder= writes
+            inner(decode(payload))
     return bus.subscribe(endpoint, target, **kw)
+
+
+# ---- the asyncio rows ----------------------------------------------------------------
+
+async def _consume_upcall(bus, endpoint: str, n: int, target: Callable, batch: int | None):
+    """n messages of ``bus.subscribe_async`` to target; returns its stats."""
+    kw: dict[str, Any] = {"kind": "pull", "bind": True, "decoder": _decoder("asyncio")}
+    if batch is not None:
+        kw["batch"] = batch
+    sub = bus.subscribe_async(endpoint, **kw)
+    try:
+        i = 0
+        async for msg in sub:
+            target(msg)
+            i += 1
+            if i == n:
+                break
+        return dict(sub.stats)
+    finally:
+        await sub.aclose()
+
+
+async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
+                               batch: int | None):
+    """A careful zmq.asyncio consumer: wait for readability on the event loop,
+    then drain what is queued (up to a batch, as upcall's loop does) with
+    non-blocking receives on the socket's synchronous shadow: no future per
+    message."""
+    import zmq
+    import zmq.asyncio
+    actx = zmq.asyncio.Context.shadow(ctx.underlying)
+    sock = actx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    recv = zmq.Socket.shadow(sock.underlying).recv
+    decode = _decoder("zmq.asyncio")
+    nb, again, pollin = zmq.NOBLOCK, zmq.Again, zmq.POLLIN
+    most = batch or 1024
+    try:
+        i = 0
+        while i < n:
+            await sock.poll(100, pollin)
+            for _ in range(most):
+                try:
+                    recv(nb)                    # topic
+                except again:
+                    break
+                target(decode(recv(nb)))        # payload: a multipart message arrives whole
+                i += 1
+                if i == n:
+                    break
+        return {}
+    finally:
+        sock.close()
+
+
+def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | None):
+    """Consume the flood with a coroutine on a fresh event loop (this thread);
+    (complete, stats).  Gives up after STALL_SECONDS without progress."""
+    import asyncio
+
+    async def main():
+        if mode == "asyncio":
+            job = asyncio.ensure_future(_consume_upcall(ctx, endpoint, c.n, c.target, batch))
+        else:
+            job = asyncio.ensure_future(_consume_zmq_asyncio(ctx, endpoint, c.n, c.target, batch))
+        last, last_t = -1, time.monotonic()
+        while not job.done():
+            await asyncio.wait([job], timeout=0.2)
+            now, got = time.monotonic(), c.delivered()
+            if got != last:
+                last, last_t = got, now
+            elif now - last_t > STALL_SECONDS:
+                job.cancel()
+                try:
+                    await job
+                except asyncio.CancelledError:
+                    pass
+                return False, {}
+        return c.done.is_set(), job.result()
+    return asyncio.run(main())
 
 
 def _caller_poll(sub) -> Callable[[float], Any]:
@@ -350,7 +488,9 @@ class FloodRun:
         n = self.b.n
         c = Counting(n)
         t0 = time.perf_counter()
-        if self.mode in UPCALL_MODES:
+        if self.mode in ASYNC_MODES:
+            ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch)
+        elif self.mode in UPCALL_MODES:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
                                    self.b.batch)
             try:
@@ -392,6 +532,8 @@ class PingRun:
         gc.collect()
 
     def run(self) -> dict:
+        if self.mode in ASYNC_MODES:
+            return {}               # round trips are not measured for these rows
         if self.b.pin is None:
             return self._run()
         pids = [self.b.peer.pid] if self.b.peer is not None else []
@@ -584,6 +726,13 @@ class BusBench:
                  + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
                  + f" (peer: {self._peer_label(transport)})")
         report.print_table(recs, cols, title=title, note=note)
+        by_mode = {r["mode"]: r for r in recs}
+        for a, b in PAIRS:
+            if a in by_mode and b in by_mode:
+                ra, rb = by_mode[a], by_mode[b]
+                print(f"   {a} / {b}: rate {report.fmt_ratio(report.ratio(ra['rate'], rb['rate']))}"
+                      f", CPU per message "
+                      f"{report.fmt_ratio(report.ratio(ra['cpu_us_per_msg'], rb['cpu_us_per_msg']))}")
 
     def _peer_label(self, transport):
         if transport == "inproc":
