@@ -3,6 +3,7 @@ from types import TracebackType
 from array import array
 from typing import Any, Callable, Coroutine, Iterable, Literal, Mapping, Protocol, Union, final
 
+from upcall._codec import Decoder
 from upcall.aio import AsyncSubscription
 from upcall.handler import Handler
 from upcall.native import NativeHandler
@@ -13,6 +14,9 @@ Endpoints = Endpoint | list[Endpoint] | tuple[Endpoint, ...]
 # A callable, an upcall.Handler (on_message through the vtable), or a native
 # handler that runs without the GIL and upcalls only what it selects.
 Target = Union[Callable[..., Any], Handler, NativeHandler]
+# subscribe(decoder=...): each payload (bytes) -> the message, such as
+# msgspec.msgpack.Decoder(Type).decode; or an upcall.Decoder, used as it is.
+PayloadDecoder = Union[Callable[[bytes], Any], Decoder]
 
 class StopDelivery(Exception):
     """Raise from a target to end its subscription cleanly."""
@@ -139,6 +143,8 @@ class Bus:
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
         socket_options: Mapping[str, int] | None = None,
+        decoder: PayloadDecoder | None = None,
+        raw: bool = False,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -157,6 +163,8 @@ class Bus:
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
         socket_options: Mapping[str, int] | None = None,
+        decoder: PayloadDecoder | None = None,
+        raw: bool = False,
         queue_size: int | None = None,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
