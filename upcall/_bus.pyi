@@ -208,7 +208,7 @@ def _synthetic_subscribe(
     **subscribe_kwargs: Any,
 ) -> Subscription:
     """A subscription fed by a synthetic source (no zmq); subscribe_kwargs:
-    batch, delivery, thread_factory, with_topic, on_error."""
+    batch, delivery, thread_factory, with_topic, on_error, decoder, raw."""
 
 def _synthetic_info(sub: Subscription) -> dict[str, int | float | array | None] | None:
     """A synthetic source's figures (produced, dropped, max_backlog, start_ns,

@@ -65,7 +65,7 @@ cdef Decoder _payload_decoder(object decoder, object raw):
         return _RawPayload.__new__(_RawPayload)
     if decoder is None:
         return Decoder()
-    if type(decoder) is Decoder:
+    if isinstance(decoder, Decoder):    # upcall.Decoder(...): its C entry point
         return <Decoder>decoder
     owner = getattr(decoder, "__self__", None)
     if type(owner) is Decoder and getattr(decoder, "__name__", None) == "decode":
