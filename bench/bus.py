@@ -26,6 +26,8 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
                       loop: ``await sock.poll()``, then drain up to a batch with
                       non-blocking ``recv`` calls on the socket's synchronous
                       shadow, decoding with the same msgspec decoder
+* ``zmq.asyncio-await`` the plain zmq.asyncio loop: ``await sock.recv_multipart()``
+                      per message, the same decoder
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
 ``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
@@ -86,13 +88,15 @@ from bench.workload import TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
 UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
-PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio"]
+PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
+               "zmq.asyncio-await"]
 MODES = UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
 #: Rows consumed by a coroutine on an event loop (no round trips measured).
-ASYNC_MODES = {"asyncio", "zmq.asyncio"}
+ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
 #: (row, the row it is compared with): same decoder, same run.
-PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio")]
+PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
+         ("asyncio", "zmq.asyncio-await")]
 
 DEFAULT_N = 200_000
 DEFAULT_RTT = 20_000
@@ -121,6 +125,11 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
                    help="library of the peer process (default: pyzmq if installed)")
     g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+    g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
+                   help="longest wait for an idle machine before each run (default 30; quick 0.5)")
+    g.add_argument("--bus-retries", type=int, default=None, metavar="N",
+                   help="redo a run disturbed by other processes up to N times (default 3; "
+                        "quick 0)")
     g.add_argument("--bus-pin-latency", type=int, default=None, metavar="CPU",
                    help="run the round trips with both processes pinned to this CPU "
                         "(removes the cost of waking an idle vCPU; see PERF.md)")
@@ -162,7 +171,7 @@ def small_struct():
 def _decoder(mode: str) -> Callable[[bytes], Any] | None:
     """The payload decoder a row uses (None: upcall's built-in one, or missing)."""
     try:
-        if mode in ("pyzmq+msgspec", "asyncio", "zmq.asyncio"):
+        if mode in ("pyzmq+msgspec", "asyncio", "zmq.asyncio", "zmq.asyncio-await"):
             import msgspec
             return msgspec.msgpack.Decoder().decode
         if mode in ("pyzmq+typed", "typed", "typed-raw"):
@@ -177,7 +186,8 @@ def _decoder(mode: str) -> Callable[[bytes], Any] | None:
 
 
 #: Rows whose decoder is msgspec's.
-_MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio", "zmq.asyncio"}
+_MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio", "zmq.asyncio",
+                  "zmq.asyncio-await"}
 
 
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -364,11 +374,11 @@ async def _consume_upcall(bus, endpoint: str, n: int, target: Callable, batch: i
 
 
 async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
-                               batch: int | None):
+                               batch: int | None, plain: bool = False):
     """A careful zmq.asyncio consumer: wait for readability on the event loop,
     then drain what is queued (up to a batch, as upcall's loop does) with
     non-blocking receives on the socket's synchronous shadow: no future per
-    message."""
+    message.  ``plain``: ``await sock.recv_multipart()`` for each message."""
     import zmq
     import zmq.asyncio
     actx = zmq.asyncio.Context.shadow(ctx.underlying)
@@ -380,6 +390,11 @@ async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
     nb, again, pollin = zmq.NOBLOCK, zmq.Again, zmq.POLLIN
     most = batch or 1024
     try:
+        if plain:
+            recv_multipart = sock.recv_multipart
+            for _ in range(n):
+                target(decode((await recv_multipart())[1]))
+            return {}
         i = 0
         while i < n:
             await sock.poll(100, pollin)
@@ -406,7 +421,8 @@ def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | No
         if mode == "asyncio":
             job = asyncio.ensure_future(_consume_upcall(ctx, endpoint, c.n, c.target, batch))
         else:
-            job = asyncio.ensure_future(_consume_zmq_asyncio(ctx, endpoint, c.n, c.target, batch))
+            job = asyncio.ensure_future(_consume_zmq_asyncio(ctx, endpoint, c.n, c.target, batch,
+                                                             plain=mode == "zmq.asyncio-await"))
         last, last_t = -1, time.monotonic()
         while not job.done():
             await asyncio.wait([job], timeout=0.2)
@@ -639,6 +655,12 @@ class BusBench:
         # Quick mode checks that everything runs: no waiting for a quiet machine.
         self.stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
                           else dict(retries=3, idle_timeout=30.0))
+        # A shared machine is never idle for long: the runs may be told to
+        # wait less (each one still reports whether it was disturbed).
+        if getattr(opts, "bus_idle_timeout", None) is not None:
+            self.stable_kw["idle_timeout"] = opts.bus_idle_timeout
+        if getattr(opts, "bus_retries", None) is not None:
+            self.stable_kw["retries"] = opts.bus_retries
 
     def close_peer_flood(self):
         if self.peer_flooding and self.peer is not None:
