@@ -10,7 +10,6 @@ pyzmq publisher and from upcall's own.
 """
 import asyncio
 import json
-import sys
 import threading
 
 import pytest
