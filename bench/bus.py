@@ -13,6 +13,12 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       ``msgspec.msgpack.Decoder().decode`` and calls the target
 * ``pyzmq+msgpack``   the same loop decoding with ``msgpack.unpackb``
 
+* ``c-floor``         the physical floor: a plain C libzmq PULL loop
+                      (bench/floor_pull.c, compiled on first use with the C
+                      compiler and libzmq found by pkg-config) receiving the
+                      same flood in its own process: no decoding, no call;
+                      ipc and tcp only (inproc needs this process's context)
+
 Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asyncio:
 
 * ``typed``           upcall, native thread, ``decoder=msgspec.msgpack.Decoder(Small).decode``
@@ -31,7 +37,7 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
 ``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
-table.  No round trips are measured for the two asyncio rows.
+table.  No round trips are measured for the asyncio rows and the C floor.
 
 it measures:
 
@@ -70,12 +76,15 @@ same transport and the same run.
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import itertools
+import json
 import math
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -90,10 +99,13 @@ TRANSPORTS = ["inproc", "ipc", "tcp"]
 UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
 PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
                "zmq.asyncio-await"]
-MODES = UPCALL_MODES + PYZMQ_MODES
+FLOOR = "c-floor"
+MODES = [FLOOR] + UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
-#: Rows consumed by a coroutine on an event loop (no round trips measured).
+#: Rows consumed by a coroutine on an event loop.
 ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
+#: Rows without round trips.
+NO_RTT_MODES = ASYNC_MODES | {FLOOR}
 #: (row, the row it is compared with): same decoder, same run.
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
          ("asyncio", "zmq.asyncio-await")]
@@ -190,12 +202,45 @@ _MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio
                   "zmq.asyncio-await"}
 
 
+_FLOOR_BINARY: list = []      # [path or None, why not], once compiled
+
+
+def floor_binary() -> tuple[str | None, str]:
+    """(path of the compiled bench/floor_pull.c or None, why not)."""
+    if not _FLOOR_BINARY:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_pull.c")
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        try:
+            flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+        except (OSError, subprocess.CalledProcessError):
+            flags = None
+        if cc is None or flags is None:
+            _FLOOR_BINARY[:] = [None, "no C compiler" if cc is None else "pkg-config has no libzmq"]
+        else:
+            d = tempfile.mkdtemp(prefix="upcall-floor-")
+            atexit.register(shutil.rmtree, d, True)
+            out = os.path.join(d, "floor_pull")
+            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, src, *flags],
+                               capture_output=True, text=True)
+            _FLOOR_BINARY[:] = ([out, ""] if r.returncode == 0
+                                else [None, f"floor_pull.c did not compile: {r.stderr.strip()}"])
+    return _FLOOR_BINARY[0], _FLOOR_BINARY[1]
+
+
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     """(modes that can run here, notes on the ones that cannot)."""
     ok, notes = [], []
     ub = _upcall_bus()
     zmq_ok = have_pyzmq()
     for m in wanted:
+        if m == FLOOR:
+            path, why = floor_binary()
+            if path is None:
+                notes.append(f"{m}: {why}")
+            else:
+                ok.append(m)
+            continue
         if m in UPCALL_MODES:
             if ub is None:
                 notes.append(f"{m}: upcall._bus not built")
@@ -461,6 +506,8 @@ class FloodRun:
         self.endpoint = ""
 
     def _new_ctx(self):
+        if self.mode == FLOOR:
+            return None             # the C program has its own context
         if self.mode in UPCALL_MODES:
             return self.b.ub.Bus()
         import zmq
@@ -500,7 +547,29 @@ class FloodRun:
             self.b.peer_flooding = True
         gc.collect()
 
+    def _run_floor(self) -> dict:
+        """The C floor: bench/floor_pull.c drains the flood in its own process."""
+        n = self.b.n
+        t0 = time.perf_counter()
+        r = subprocess.run([floor_binary()[0], self.endpoint, str(n)], capture_output=True,
+                           text=True, timeout=STALL_SECONDS + 600)
+        if r.returncode != 0:
+            raise RuntimeError(f"floor_pull failed: {r.stderr.strip()}")
+        out = json.loads(r.stdout)
+        delivered = out["delivered"]
+        res = {"delivered": delivered, "lost": n - delivered, "complete": delivered == n,
+               "wall": time.perf_counter() - t0, "stats": {}}
+        if delivered == n and out["seconds"] > 0:
+            res.update(seconds=out["seconds"], rate=(n - 1) / out["seconds"],
+                       cpu_us_per_msg=out["cpu"] / (n - 1) * 1e6)
+        else:
+            res.update(seconds=math.nan, rate=math.nan, cpu_us_per_msg=math.nan)
+        self.b.close_peer_flood()
+        return res
+
     def run(self) -> dict:
+        if self.mode == FLOOR:
+            return self._run_floor()
         n = self.b.n
         c = Counting(n)
         t0 = time.perf_counter()
@@ -548,7 +617,7 @@ class PingRun:
         gc.collect()
 
     def run(self) -> dict:
-        if self.mode in ASYNC_MODES:
+        if self.mode in NO_RTT_MODES:
             return {}               # round trips are not measured for these rows
         if self.b.pin is None:
             return self._run()
@@ -671,11 +740,16 @@ class BusBench:
         pids = [self.peer.pid] if self.peer is not None else []
         return measure.run_stable(job.run, prepare=job.prepare, pids=pids, **self.stable_kw)
 
+    def modes_for(self, transport: str) -> list[str]:
+        """The rows of one transport: the C floor needs a peer process."""
+        return [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+
     def run_transport(self, transport: str) -> list[dict]:
-        flood: dict[str, list] = {m: [] for m in self.modes}
-        ping: dict[str, list] = {m: [] for m in self.modes}
-        disturbed: dict[str, int] = {m: 0 for m in self.modes}
-        order = list(measure.interleave(self.modes, self.repeats))
+        modes = self.modes_for(transport)
+        flood: dict[str, list] = {m: [] for m in modes}
+        ping: dict[str, list] = {m: [] for m in modes}
+        disturbed: dict[str, int] = {m: 0 for m in modes}
+        order = list(measure.interleave(modes, self.repeats))
         for rep in range(self.repeats):
             round_modes = [m for r, m in order if r == rep]
             for mode in round_modes:
@@ -692,7 +766,7 @@ class BusBench:
 
     def _records(self, transport, flood, ping, disturbed) -> list[dict]:
         recs = []
-        for mode in self.modes:
+        for mode in flood:
             rate = measure.summarize(r["rate"] for r in flood[mode])
             cpu = measure.summarize(r["cpu_us_per_msg"] for r in flood[mode])
             secs = measure.summarize(r["seconds"] for r in flood[mode])
