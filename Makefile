@@ -18,9 +18,10 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_fork.py tests/test_socket_limit.py tests/test_faults_sub.py \
                 tests/test_sigint_sub.py tests/test_stats_invariant.py \
                 tests/test_publisher_threads.py tests/test_publisher_interrupt.py tests/test_aio.py \
-                tests/test_endpoints.py tests/test_decoder.py
+                tests/test_endpoints.py tests/test_logging.py tests/test_thread_names.py \
+                tests/test_decoder.py
 
-.PHONY: all deps build test test-threads-all bench wheel ctest sanitize fuzz soak clean
+.PHONY: all deps build test test-threads-all bench wheel ctest sanitize fuzz fuzz-merge soak clean
 
 all: build
 
@@ -89,12 +90,19 @@ sanitize: build
 	$(MAKE) --no-print-directory -C csrc sanitize
 	./tools/sanitize-python.sh
 
-# libFuzzer on the C reader (corpus in csrc/build/corpus), then atheris on the
-# decode-to-Python and subscription paths (corpora in build/corpus, logs in
-# build/fuzz-*.log): FUZZ_SECONDS each (default 60), one at a time, niced.
+# libFuzzer on the C reader (new inputs in csrc/build/corpus), then atheris on
+# the decode-to-Python and subscription paths (new inputs in build/corpus, logs
+# in build/fuzz-*.log); each starts from the committed seeds and corpora.
+# FUZZ_SECONDS each (default 60), one at a time, niced.
 fuzz: build .clang.stamp
 	nice -n 19 $(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
 	nice -n 19 ./fuzz/run.sh $(or $(FUZZ_SECONDS),60)
+
+# Fold what fuzz runs found into the committed, minimized corpora
+# (csrc/fuzz/corpus, fuzz/corpus): commit them so every run starts there.
+fuzz-merge: build .clang.stamp
+	$(MAKE) --no-print-directory -C csrc fuzz-merge
+	./fuzz/run.sh merge
 
 # libFuzzer needs clang; Debian's clang brings its runtime (libclang-rt-14-dev).
 .clang.stamp:

@@ -2,12 +2,16 @@
 # Run the Python-side fuzzers (atheris) for a bounded time each:
 #
 #   fuzz/run.sh [SECONDS] [HARNESS...]     default: 60 s, every fuzz/fuzz_*.py
+#   fuzz/run.sh merge [HARNESS...]         fold build/corpus/<name> into the
+#                                          committed fuzz/corpus/<name>, minimized
 #
 # The extension modules are built with clang, ASan+UBSan and libFuzzer's
 # coverage instrumentation (-fsanitize=fuzzer-no-link) into build/fuzz-py, so
 # atheris is guided by coverage of the C decoder and the C core, and a memory
 # error aborts the run with a report.  Corpora grow under build/corpus/<name>
-# (not committed); the seeds in fuzz/seeds/<name> are committed.  A crash
+# (not committed); each run also starts from the committed seeds
+# (fuzz/seeds/<name>, hand-written) and corpus (fuzz/corpus/<name>, what
+# earlier runs found, minimized by `fuzz/run.sh merge`).  A crash
 # leaves its input as build/fuzz-artifacts/<name>/crash-*; turn it into a
 # regression test (tests/test_bad_input.py or tests/test_codec*.py).
 set -eu
@@ -15,6 +19,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 secs=${1:-60}
 [ $# -gt 0 ] && shift
+merge=""
+if [ "$secs" = merge ]; then merge=1; secs=0; fi
 harnesses=${*:-$(ls fuzz/fuzz_*.py)}
 py=$root/.venv/bin/python
 if ! "$py" -c "import atheris" 2>/dev/null; then
@@ -27,10 +33,17 @@ atheris_dir=$("$py" -c "import atheris, os; print(atheris.path())")
 status=0
 for h in $harnesses; do
     name=$(basename "$h" .py)
-    mkdir -p "build/corpus/$name" "build/fuzz-artifacts/$name"
-    seeds=""
-    [ -d "fuzz/seeds/$name" ] && seeds="fuzz/seeds/$name"
-    echo "== $name for ${secs}s"
+    mkdir -p "build/corpus/$name" "build/fuzz-artifacts/$name" "fuzz/corpus/$name"
+    if [ -n "$merge" ]; then
+        # libFuzzer's merge keeps the inputs of the second directory that add
+        # coverage to the first: the committed corpus grows by what matters.
+        args="-merge=1 $root/fuzz/corpus/$name $root/build/corpus/$name"
+        echo "== merging build/corpus/$name into fuzz/corpus/$name"
+    else
+        args="-max_total_time=$secs $root/build/corpus/$name $root/fuzz/corpus/$name"
+        [ -d "fuzz/seeds/$name" ] && args="$args $root/fuzz/seeds/$name"
+        echo "== $name for ${secs}s"
+    fi
     # detect_leaks=0: CPython keeps much of its memory until exit (interned
     # strings, type caches): leak reports would be the interpreter's, not ours.
     # PYTHONMALLOC=malloc: objects come from malloc, so ASan sees their bounds.
@@ -40,9 +53,8 @@ for h in $harnesses; do
       UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tools/ubsan.supp" \
       PYTHONMALLOC=malloc PYTHONPATH="$root/$out" \
       LD_PRELOAD="$atheris_dir/asan_with_fuzzer.so" \
-      "$py" "$root/$h" -max_total_time="$secs" -max_len=4096 -timeout=30 -rss_limit_mb=4096 \
-        -print_final_stats=1 -artifact_prefix="$root/build/fuzz-artifacts/$name/" \
-        "$root/build/corpus/$name" ${seeds:+"$root/$seeds"} ) \
+      "$py" "$root/$h" -max_len=4096 -timeout=30 -rss_limit_mb=4096 \
+        -print_final_stats=1 -artifact_prefix="$root/build/fuzz-artifacts/$name/" $args ) \
       > "build/fuzz-$name.log" 2>&1 || status=$?
     grep -E "INITED|DONE|stat::number_of_executed|stat::average|ERROR|Traceback|Error:|crash-" "build/fuzz-$name.log" | tail -12
     [ $status -eq 0 ] || { echo "== $name FAILED (status $status): build/fuzz-$name.log"; exit $status; }

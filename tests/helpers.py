@@ -115,6 +115,23 @@ def free_tcp_port():
     raise RuntimeError("no free tcp port in %d..%d" % (_PORT_LOW, _PORT_LOW + _PORT_SPAN))
 
 
+# Sockets that hold a port for the whole test process (see unreachable_tcp_endpoint).
+_held_ports = []
+
+
+def unreachable_tcp_endpoint():
+    """A tcp endpoint that refuses every connection for the rest of the run.
+
+    The port is bound by a socket of ours that never listens: no other
+    process (a concurrent test run) can bind it and accept, and a connecting
+    socket cannot take it as its own source port (the loopback self-connect).
+    A port that is merely free now gives neither guarantee."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    _held_ports.append(s)
+    return "tcp://127.0.0.1:%d" % s.getsockname()[1]
+
+
 class Endpoints:
     """Fresh endpoint strings: ``endpoints("inproc" | "ipc" | "tcp")``."""
 

@@ -22,7 +22,7 @@ import pytest
 
 import upcall
 from helpers import (DEADLINE, MODE_PRELUDE, Collector, fd_count, free_tcp_port, mode_kwargs,
-                     script_env, thread_count, wait_for)
+                     script_env, thread_count, unreachable_tcp_endpoint, wait_for)
 
 MODES = ["native", "python", "caller", "executor"]
 THREAD_MODES = ["native", "python", "executor"]
@@ -253,8 +253,7 @@ def test_exit_wakes_a_send_blocked_in_a_target(mode):
 def unsent_message(bus, linger):
     """A PUSH connected to a tcp port nobody listens on, holding one message
     that can never go."""
-    pub = bus.publisher(f"tcp://127.0.0.1:{free_tcp_port()}", kind="push", bind=False,
-                        linger=linger)
+    pub = bus.publisher(unreachable_tcp_endpoint(), kind="push", bind=False, linger=linger)
     pub.send(b"t", "never delivered")
     return pub
 
@@ -324,19 +323,39 @@ def test_exit_never_waits_longer_than_exit_timeout_for_a_linger(linger):
 
 # ---- an interrupted close can be finished (issue 15 item 7) -----------------------------
 
-def interrupt_main_thread_until(done, blocked):
-    """From a timer thread: once ``blocked()`` says the call under test is
-    waiting, SIGINT to the main thread every 50 ms until ``done`` is set."""
+@contextlib.contextmanager
+def ctrl_c_once_blocked(blocked):
+    """Ctrl-C for the call made inside the block, once ``blocked()`` says it waits.
+
+    A timer thread sends SIGINT to the main thread every 50 ms (one sent a
+    moment too early lands before the wait begins) until one has landed.
+    Only the first raises KeyboardInterrupt: one already on its way when the
+    first landed is ignored, instead of raising in whatever runs next (a
+    later assertion, another test)."""
+    landed = threading.Event()
+
+    def on_sigint(signum, frame):
+        if not landed.is_set():
+            landed.set()
+            raise KeyboardInterrupt
+
     main = threading.main_thread().ident
+    deadline = time.monotonic() + DEADLINE
 
     def run():
-        wait_for(blocked, what="the call under test to block")
-        while not done.wait(0.05):
-            signal.pthread_kill(main, signal.SIGINT)
+        while not landed.wait(0.05) and time.monotonic() < deadline:
+            if blocked():
+                signal.pthread_kill(main, signal.SIGINT)
 
+    old = signal.signal(signal.SIGINT, on_sigint)
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    return t
+    try:
+        yield
+    finally:
+        landed.set()
+        t.join(DEADLINE)
+        signal.signal(signal.SIGINT, old)
 
 
 @pytest.mark.parametrize("mode", ["native", "python", "caller"])
@@ -346,16 +365,10 @@ def test_ctrl_c_during_close_leaves_a_bus_that_close_finishes(endpoints, mode):
     stuck = Stuck()
     sub, pub, poller = start_delivery(bus, endpoints, stuck, mode)
     assert stuck.entered.wait(DEADLINE)
-    interrupted = threading.Event()
-    signaller = None
-    try:
-        # sub.closed: bus.close() has asked the loop to stop and waits for it
-        signaller = interrupt_main_thread_until(interrupted, lambda: sub.closed)
-        bus.close()                   # waits for the stuck target: Ctrl-C gets in
-        pytest.fail("bus.close() returned while its target was stuck")
-    except KeyboardInterrupt:
-        interrupted.set()
-    signaller.join(DEADLINE)
+    # sub.closed: bus.close() has asked the loop to stop and waits for it
+    with ctrl_c_once_blocked(lambda: sub.closed):
+        with pytest.raises(KeyboardInterrupt):
+            bus.close()               # waits for the stuck target: Ctrl-C gets in
     assert bus.closed
     assert bus in upcall._bus._open_buses     # still closing: exit would finish it
     stuck.release.set()
@@ -368,19 +381,13 @@ def test_ctrl_c_during_close_leaves_a_bus_that_close_finishes(endpoints, mode):
     back_to((fds0, threads0))
 
 
-def test_ctrl_c_while_close_waits_for_a_linger(endpoints):
+def test_ctrl_c_while_close_waits_for_a_linger():
     bus = upcall.Bus()
     pub = unsent_message(bus, None)            # the context can never end by itself
-    interrupted = threading.Event()
-    signaller = None
-    try:
-        # pub.closed: bus.close() closed it and waits for the context
-        signaller = interrupt_main_thread_until(interrupted, lambda: pub.closed)
-        bus.close()
-        pytest.fail("bus.close() returned with a message lingering forever")
-    except KeyboardInterrupt:
-        interrupted.set()
-    signaller.join(DEADLINE)
+    # pub.closed: bus.close() closed it and waits for the context
+    with ctrl_c_once_blocked(lambda: pub.closed):
+        with pytest.raises(KeyboardInterrupt):
+            bus.close()
     assert bus.closed
     with pytest.raises(TimeoutError):
         bus.close(timeout=0.1)                 # still lingering: said, not hung

@@ -6,6 +6,7 @@ Python callables on native or Python-made threads.  See README.md and docs/.
 """
 from upcall._codec import (  # noqa: F401
     DecodeError,
+    UpcallError,
     Decoder,
     Encoder,
     ExtType,
@@ -19,6 +20,7 @@ from upcall._bus import (  # noqa: F401
     Publisher,
     StopDelivery,
     Subscription,
+    ZMQError,
     curve_keypair,
     native_threads,
     python_threads,
@@ -33,11 +35,12 @@ __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
     "native_threads", "python_threads", "curve_keypair",
     "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
+    "UpcallError", "ZMQError",
     "Handler", "Counter", "native", "get_include",
 ]
 
 
-def get_include():
+def get_include() -> list[str]:
     """Directories a Cython extension that cimports upcall needs.
 
     ``[include_dir]``: the C headers (bus.h, synth.h, msgpack.h) that upcall's .pxd

@@ -3,7 +3,7 @@ from types import TracebackType
 from array import array
 from typing import Any, Callable, Coroutine, Iterable, Literal, Mapping, Protocol, Union, final
 
-from upcall._codec import Decoder
+from upcall._codec import Decoder, UpcallError
 from upcall.aio import AsyncSubscription
 from upcall.handler import Handler
 from upcall.native import NativeHandler
@@ -18,8 +18,14 @@ Target = Union[Callable[..., Any], Handler, NativeHandler]
 # msgspec.msgpack.Decoder(Type).decode; or an upcall.Decoder, used as it is.
 PayloadDecoder = Union[Callable[[bytes], Any], Decoder]
 
+# A topic a publisher sends: bytes-like, or str (sent as UTF-8).
+Topic = bytes | bytearray | memoryview | str
+
 class StopDelivery(Exception):
     """Raise from a target to end its subscription cleanly."""
+
+class ZMQError(UpcallError, OSError):
+    """libzmq or the operating system refused; ``errno`` says why."""
 
 class _Run(Protocol):
     """What a thread factory receives: call it once, on some thread."""
@@ -103,13 +109,14 @@ class Publisher:
     def last_endpoint(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    def send(self, topic: bytes, obj: Any, *, timeout: float | None = None) -> None: ...
-    def send_async(self, topic: bytes, obj: Any, *,
+    def send(self, topic: Topic, obj: Any, *, timeout: float | None = None) -> None:
+        """``timeout`` in seconds (pyzmq's are milliseconds)."""
+    def send_async(self, topic: Topic, obj: Any, *,
                    timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Encode obj now; the awaitable sends it without blocking the event loop."""
     def _try_send(self, topic: bytes | str, payload: bytes | bytearray | memoryview) -> bool:
         """For send_async: send if that can be done without waiting at all."""
-    def send_packed(self, topic: bytes, payload: Any, *, timeout: float | None = None) -> None: ...
+    def send_packed(self, topic: Topic, payload: Any, *, timeout: float | None = None) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> Publisher: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
@@ -189,6 +196,10 @@ class Bus:
                  tb: TracebackType | None) -> None: ...
 
 DEFAULT_BATCH: int
+# Errors logged without on_error: at most LOG_BURST records of each kind per
+# subscription per LOG_INTERVAL seconds, then one summary record.
+LOG_BURST: int
+LOG_INTERVAL: float
 # Seconds that closing each bus at interpreter exit waits for running targets
 # and for unsent messages (the publishers' linger is cut to it).
 EXIT_TIMEOUT: float
@@ -210,7 +221,7 @@ def _synthetic_subscribe(
     """A subscription fed by a synthetic source (no zmq); subscribe_kwargs:
     batch, delivery, thread_factory, with_topic, on_error, decoder, raw."""
 
-def _synthetic_info(sub: Subscription) -> dict[str, int | float | array | None] | None:
+def _synthetic_info(sub: Subscription) -> dict[str, int | float | array[Any] | None] | None:
     """A synthetic source's figures (produced, dropped, max_backlog, start_ns,
     first_ns, last_ns, seconds, latency_ns); None for a socket."""
 

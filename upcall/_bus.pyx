@@ -6,6 +6,7 @@ One extension module built from one .pxi per concept, included in this order:
   _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
+  _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
@@ -19,13 +20,15 @@ inherits, Bus, and the private entry points that open what Bus.subscribe()
 does not offer users.
 """
 cimport cython
-from libc.errno cimport errno, EINVAL, EMFILE, EPROTONOSUPPORT
+from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
+                         EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 from upcall.includes.bus cimport *
@@ -40,6 +43,7 @@ from upcall.native cimport NativeHandler
 import atexit
 import inspect
 import itertools
+import logging
 import math
 import os
 import sys
@@ -48,33 +52,46 @@ import time
 import warnings
 import weakref
 
-from upcall._codec import DecodeError
+from upcall._codec import DecodeError, UpcallError
 
 
 class StopDelivery(Exception):
-    """Raise from a target to end its subscription cleanly (no error is reported)."""
+    """Raise from a target to end its subscription cleanly (no error is reported).
+
+    Not an UpcallError: it is the target's request, never a failure, and an
+    ``except upcall.UpcallError`` in a target must not swallow it."""
+    __module__ = "upcall"
+
+
+class ZMQError(UpcallError, OSError):
+    """libzmq or the operating system refused (address in use, too many
+    sockets, no such device...): ``errno`` says why, as for any OSError."""
+    __module__ = "upcall"
 
 
 # ---- C return codes -> exceptions -----------------------------------------
 
-cdef int _check_rc(int rc, str what, int timeout_ms=-1) except -1:
+cdef int _check_rc(int rc, str what, int timeout_ms=-1, str detail=None) except -1:
     """The one place where a C return code becomes an exception.
 
     UC_OK returns 0; anything else raises, naming ``what`` (the call that
     failed).  ``timeout_ms`` is that call's timeout: with UC_ERR_AGAIN it
     tells "would block" (0) from "timed out" (> 0).  For UC_ERR_ZMQ and
-    UC_ERR_SYS, errno (read before anything can change it) says why.
+    UC_ERR_SYS, errno (read before anything can change it) says why, and
+    ``detail`` what that means here (libzmq's strerror alone is terse).
     """
     if rc == UC_OK:
         return 0
     err = errno
     reason = uc_strerror(rc, err).decode("utf-8", "replace")
+    if detail and (rc == UC_ERR_ZMQ or rc == UC_ERR_SYS):
+        reason = f"{reason} ({detail})"
     if rc == UC_ERR_ZMQ or rc == UC_ERR_SYS:
         if rc == UC_ERR_ZMQ and err == ETERM:
             raise ValueError(f"{what}: the bus was closed")
         if err in (EINVAL, EPROTONOSUPPORT):
             raise ValueError(f"{what}: {reason}")
-        raise OSError(err, f"{what}: {reason}")
+        raise ZMQError(err, f"{what}: {reason}")
     if rc == UC_ERR_AGAIN:
         if timeout_ms > 0:
             raise TimeoutError(f"{what} did not complete within {timeout_ms} ms "
@@ -138,6 +155,7 @@ cdef int _made_here(object token, str cls, str how) except -1:
 include "_slices.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
+include "_errlog.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
@@ -175,7 +193,9 @@ def _close_all_at_exit():
         try:
             bus.close(timeout=EXIT_TIMEOUT)
         except Exception as exc:  # a stuck target: report, do not hang exit
-            print(f"upcall: at exit: {exc}", file=sys.stderr)
+            # A record, so that an application's logging setup gets it; with
+            # none, logging's last resort prints the message to stderr.
+            _log.warning("upcall: at exit: %s", exc)
 
 
 def _install_exit_hook():
@@ -197,6 +217,10 @@ def _install_exit_hook():
 
 
 # ---- Bus --------------------------------------------------------------------
+
+cdef str _plural(Py_ssize_t n, str noun):
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
 
 cdef object _check_factory(object factory, str name):
     if factory is None or factory is native_threads or callable(factory):
@@ -223,12 +247,31 @@ cdef int _check_tcp_ports(str endpoint, str name) except -1:
     "tcp://src:port;dst:port", has one too) must be * or 0..65535."""
     for part in endpoint[len("tcp://"):].split(";"):
         host, colon, port = part.rpartition(":")
-        if not colon:
-            continue                # no port at all: libzmq refuses it itself
+        if not colon or part.endswith("]"):     # libzmq: a bare "Invalid argument"
+            raise ValueError(f"{name}: a tcp endpoint needs a port, 'tcp://host:port' "
+                             f"(binding: port * or 0 picks a free one): {endpoint!r}")
         if port != "*" and not (port.isascii() and port.isdigit() and int(port) <= 65535):
             raise ValueError(f"{name}: a tcp port must be a number between 0 and 65535 "
                              f"or *, not {port!r}: {endpoint!r}")
     return 0
+
+
+cdef str _endpoint_detail(str endpoint, int err, bint bind):
+    """What libzmq's bare strerror means for a bind or connect of endpoint
+    (None: it says enough)."""
+    if endpoint.startswith("tcp://"):
+        host = endpoint[len("tcp://"):].split(";")[-1].rpartition(":")[0]
+        if err == ENODEV and ":" in host:
+            return "an IPv6 address needs socket_options={'ipv6': 1}"
+        if err == ENODEV:
+            return (f"{host!r} is neither a local network interface nor a host name that "
+                    "resolves: an unknown host or interface" if bind else
+                    f"unknown host or interface in {endpoint!r}")
+        if err == EADDRNOTAVAIL and bind:
+            return f"{host!r} is not an address of this machine: bind to one of its own, or *"
+    elif endpoint.startswith("ipc://") and err == ENOENT:
+        return "the directory of the ipc path does not exist"
+    return None
 
 
 cdef list _endpoint_list(object endpoint):
@@ -294,8 +337,12 @@ cdef int _bus_close_step(object unused, int slice_ms, void *arg) except -1:
 
 
 @cython.final
+@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Bus:
-    """A zmq context and every subscription and publisher opened on it.
+    """Bus(io_threads=1, thread_factory=None, max_sockets=None)
+--
+
+A zmq context and every subscription and publisher opened on it.
 
     ``Bus(io_threads=1, thread_factory=None, max_sockets=None)``:
     ``io_threads`` are libzmq's I/O threads; ``thread_factory`` is the
@@ -369,7 +416,7 @@ cdef class Bus:
         elif self._closed:
             state = "closed" if self._ended else "closing"
         else:
-            state = f"{len(self._subs)} subscriptions, {len(self._pubs)} publishers"
+            state = f"{_plural(len(self._subs), 'subscription')}, {_plural(len(self._pubs), 'publisher')}"
         return f"<upcall.Bus {state}>"
 
     @property
@@ -394,23 +441,23 @@ cdef class Bus:
         if self._closed:
             raise ValueError("the bus is closed")
 
-    cdef _open_failed(self, int rc, int err, str what):
+    cdef _open_failed(self, int rc, int err, str what, str endpoint, bint bind):
         """Raise for a subscription or publisher that could not be opened
-        (``err``: errno right after the call)."""
+        (``err``: errno right after the call) on ``endpoint``."""
         if err == EMFILE and rc == UC_ERR_SYS:
-            raise OSError(EMFILE, (
+            raise ZMQError(EMFILE, (
                 f"{what}: too many sockets: this bus has max_sockets="
                 f"{uc_bus_max_sockets(self._c)}, one of which is kept free so that closing the "
                 "bus never runs out (a socket closed while its inproc connect still waits for a "
                 "bind keeps its slot); close some, or make the bus with Bus(max_sockets=...)"))
         if err == EMFILE and rc == UC_ERR_ZMQ:
-            raise OSError(EMFILE, (
+            raise ZMQError(EMFILE, (
                 f"{what}: too many open sockets or files: libzmq refused a socket (this bus has "
                 f"max_sockets={uc_bus_max_sockets(self._c)}; sockets closed a moment ago or "
                 "still lingering keep their slot meanwhile) or the process ran out of file "
                 "descriptors"))
         errno = err
-        _check_rc(rc, what)
+        _check_rc(rc, what, -1, _endpoint_detail(endpoint, err, bind))
 
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
@@ -592,6 +639,7 @@ cdef class Bus:
             if factory is None or factory is native_threads:
                 sub._run_name_b = sub._run_name.encode() + b"\0"
                 sub._thread_name = sub._run_name
+                sub._st.native_name = <const char *>sub._run_name_b   # Python's name for it too
                 o.start = _start_native
                 o.start_ctx = <void *><const char *>sub._run_name_b
             else:
@@ -620,8 +668,9 @@ cdef class Bus:
             if sub._start_error is not None:
                 raise sub._start_error
             if len(ep_list) > 1 and failed < <size_t>len(ep_list):
-                self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}")
-            self._open_failed(err, open_errno, f"subscribe({endpoint!r})")
+                self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}",
+                                  ep_list[failed], bind)
+            self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], bind)
         self._subs.add(sub)
         return sub
 
@@ -631,7 +680,8 @@ cdef class Bus:
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
-        mark (0: no limit).  ``linger``: seconds that unsent messages may keep
+        mark (0: no limit).  ``linger``: seconds (pyzmq's ZMQ_LINGER is in
+        milliseconds: ``linger=2.0`` is two seconds) that unsent messages may keep
         the socket open at close (None or math.inf: until they are sent).  ``curve_server``, ``curve_serverkey``,
         ``curve_client``: CURVE encryption, as for :meth:`subscribe`.
         ``default(obj)``: called by the built-in encoder for an object of a
@@ -676,7 +726,7 @@ cdef class Bus:
         finally:
             free(<void *>o.sockopts)
         if pub._c == NULL:
-            self._open_failed(err, errno, f"publisher({endpoint!r})")
+            self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, bind)
         self._pubs.add(pub)
         return pub
 
@@ -691,8 +741,8 @@ cdef class Bus:
         woken (it raises ValueError, "the bus was closed"), every
         subscription is asked to stop, then each is waited for, the
         publishers are closed (with ``timeout``, their linger is cut to the
-        time left), and the context is waited for.  ``timeout`` (seconds,
-        None: no limit) bounds the whole; TimeoutError if a target is still
+        time left), and the context is waited for.  ``timeout`` (seconds, not
+        pyzmq's milliseconds; None: no limit) bounds the whole; TimeoutError if a target is still
         running or unsent messages still linger then.  Safe from inside a
         target: the context then ends when that target's loop does.  An
         interrupted or timed-out close leaves the bus closing: close() again
@@ -783,3 +833,11 @@ def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs
     PyGILState_Ensure/Release around every message instead of an adopted
     thread state: what adoption saves is measured against it (docs/threads.md)."""
     return _subscribe_privately(bus, endpoint, target, GIL_PER_UPCALL, None, subscribe_kwargs)
+
+
+# Public types read as upcall.X (reprs, error messages, help()), not as this
+# private module.  Static extension types take __module__ and __name__ from
+# tp_name.
+(<PyTypeObject *>Bus).tp_name = b"upcall.Bus"
+(<PyTypeObject *>Subscription).tp_name = b"upcall.Subscription"
+(<PyTypeObject *>Publisher).tp_name = b"upcall.Publisher"

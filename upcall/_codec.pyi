@@ -9,10 +9,15 @@ Buffer = Union[bytes, bytearray, memoryview]
 DEFAULT_MAX_DEPTH: int
 MAX_DEPTH_LIMIT: int
 
-class DecodeError(ValueError):
+class UpcallError(Exception):
+    """Base class of the exceptions upcall defines."""
+
+class DecodeError(UpcallError, ValueError):
     offset: Optional[int]
     reason: Optional[str]
-    def __init__(self, message: str, offset: Optional[int] = ..., reason: Optional[str] = ...) -> None: ...
+    topic: Optional[bytes]
+    def __init__(self, message: str, offset: Optional[int] = None, reason: Optional[str] = None,
+                 topic: Optional[bytes] = None) -> None: ...
 
 @disjoint_base
 class Timestamp:

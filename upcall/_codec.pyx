@@ -11,9 +11,11 @@ from cpython.dict cimport PyDict_Next, PyDict_Size
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_AsDouble
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from cpython.object cimport Py_EQ, Py_GE, Py_GT, Py_LE, Py_LT, Py_NE, PyObject
+from cpython.object cimport Py_EQ, Py_GE, Py_GT, Py_LE, Py_LT, Py_NE, PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t
+
+cimport cython
 
 from upcall.includes.msgpack cimport *
 from upcall._arguments cimport int_arg
@@ -71,22 +73,40 @@ cdef object _datetime = _dt.datetime
 
 # ---------------------------------------------------------------- errors
 
-class DecodeError(ValueError):
+class UpcallError(Exception):
+    """Base class of the exceptions upcall defines.
+
+    Each also derives from the builtin exception it refines (DecodeError is
+    a ValueError, ZMQError an OSError), so ``except ValueError`` and the
+    like keep working.  Wrong arguments stay TypeError/ValueError, timeouts
+    TimeoutError, and a closed object ValueError, as in the standard library.
+    """
+    __module__ = "upcall"
+
+
+class DecodeError(UpcallError, ValueError):
     """Malformed msgpack data.
 
     ``offset`` is the byte offset of the offending item (for trailing bytes,
     where they start); ``reason`` a short stable name: truncated, reserved,
     length, depth, timestamp, trailing, utf8, unhashable_key, max_len,
-    timestamp_range.
+    timestamp_range, frames, decoder (an exception from a subscription's
+    ``decoder=``, kept as ``__cause__``); ``topic`` the topic of the message that did not
+    decode (None from unpackb() and Decoder.decode()).
     """
+    __module__ = "upcall"
 
-    def __init__(self, message, offset=None, reason=None):
+    def __init__(self, message, offset=None, reason=None, topic=None):
         super().__init__(message)
         self.offset = offset
         self.reason = reason
+        self.topic = topic
 
     def __reduce__(self):
-        return (type(self), (self.args[0], self.offset, self.reason))
+        # Whole: the message as the report showed it, every attribute, and
+        # anything else set on it (its __dict__: e.g. __notes__).
+        return (type(self), (self.args[0] if self.args else "", self.offset, self.reason,
+                             self.topic), self.__dict__ or None)
 
 
 cdef dict _EXTRA_REASONS = {
@@ -128,8 +148,12 @@ cdef inline int _ck(int rc) except -1:
 
 # ---------------------------------------------------------------- Timestamp
 
+@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Timestamp:
-    """The msgpack timestamp (ext -1): seconds since the Unix epoch (int64,
+    """Timestamp(seconds, nanoseconds=0)
+--
+
+The msgpack timestamp (ext -1): seconds since the Unix epoch (int64,
     may be negative) plus nanoseconds (0..999999999).  Immutable, hashable,
     ordered, lossless."""
 
@@ -198,8 +222,12 @@ cdef Timestamp _ts_from_datetime(object dt):
 
 # ---------------------------------------------------------------- ExtType
 
+@cython.embedsignature(False)
 cdef class ExtType:
-    """A msgpack extension value other than the timestamp: code -128..127
+    """ExtType(code, data)
+--
+
+A msgpack extension value other than the timestamp: code -128..127
     (not -1) and the raw payload bytes."""
 
     def __init__(self, code, data):
@@ -267,8 +295,12 @@ cdef Py_ssize_t _check_depth(object value, str where) except -1:
 
 # ---------------------------------------------------------------- Encoder
 
+@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
 cdef class Encoder:
-    """Reusable msgpack encoder: ``Encoder(*, max_depth=512, default=None).encode(obj) -> bytes``.
+    """Encoder(*, max_depth=512, default=None)
+--
+
+Reusable msgpack encoder: ``Encoder(*, max_depth=512, default=None).encode(obj) -> bytes``.
 
     None, bool, int (int64/uint64 range, else OverflowError), float (as
     float64), str, bytes/bytearray/memoryview (bin), list/tuple (array), dict
@@ -458,8 +490,12 @@ cdef int _pack_buffer(object o, mp_writer *w) except -1:
 
 # ---------------------------------------------------------------- Decoder
 
+@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
 cdef class Decoder:
-    """Reusable msgpack decoder: ``Decoder(*, timestamp="timestamp",
+    """Decoder(*, timestamp='timestamp', max_depth=512, max_len=None)
+--
+
+Reusable msgpack decoder: ``Decoder(*, timestamp="timestamp",
     max_depth=512, max_len=None).decode(buf) -> object``.
 
     timestamp: "timestamp" decodes the timestamp ext to upcall.Timestamp,
@@ -570,3 +606,12 @@ def unpackb(data, *, timestamp=None, max_depth=None, max_len=None):
                       max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,
                       max_len=max_len)
     return dec._decode_obj(data, "unpackb() argument 'data'")
+
+
+# Public types read as upcall.X (reprs, error messages, help(), pickles by
+# reference find them there too), not as this private module.  Static
+# extension types take __module__ and __name__ from tp_name.
+(<PyTypeObject *>Timestamp).tp_name = b"upcall.Timestamp"
+(<PyTypeObject *>ExtType).tp_name = b"upcall.ExtType"
+(<PyTypeObject *>Encoder).tp_name = b"upcall.Encoder"
+(<PyTypeObject *>Decoder).tp_name = b"upcall.Decoder"

@@ -90,7 +90,7 @@ cdef class Publisher:
     def __repr__(self):
         if self._fork_generation != _fork_generation:
             return f"<upcall.Publisher {self.endpoint} inherited from process {self._pid}>"
-        return f"<upcall.Publisher {self.endpoint}{' closed' if self._c == NULL else ''}>"
+        return f"<upcall.Publisher {self.last_endpoint}{' closed' if self._c == NULL else ''}>"
 
     @property
     def closed(self):
@@ -110,7 +110,8 @@ cdef class Publisher:
 
         ``timeout``: None (or math.inf) blocks while the high-water mark is
         reached, 0 never blocks (BlockingIOError), a number of seconds blocks
-        at most that long (TimeoutError).  A blocked send lets Ctrl-C in
+        at most that long (TimeoutError); seconds, not the milliseconds of
+        pyzmq's timeouts: ``timeout=1.0`` is one second.  A blocked send lets Ctrl-C in
         (KeyboardInterrupt); the message is then not sent at all.
         """
         cdef int ms = _timeout_ms(timeout, "timeout")

@@ -111,10 +111,14 @@ cdef class Subscription:
     cdef _Source _source          # None: a zmq socket
     cdef int _fork_generation
     cdef long _pid
+    cdef _ErrorLog _decode_log    # errors logged without on_error, rate-limited
+    cdef _ErrorLog _target_log
     cdef object __weakref__       # the bus keeps a weak reference
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
+        self._decode_log = _ErrorLog("decode errors")
+        self._target_log = _ErrorLog("target errors")
         self._c = NULL
         self._fork_generation = _fork_generation
         self._pid = os.getpid()
@@ -144,7 +148,9 @@ cdef class Subscription:
             state = f"inherited from process {self._pid}"
         else:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
-        return f"<upcall.Subscription {','.join(self.endpoints)} topics={list(self._topics)!r} {state}>"
+        # As bound or connected: a port picked at bind (tcp://...:*) shows its number.
+        eps = self.last_endpoints if self._c != NULL else self.endpoints
+        return f"<upcall.Subscription {','.join(eps)} topics={list(self._topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
         if self._fork_generation != _fork_generation:
@@ -270,7 +276,8 @@ cdef class Subscription:
     def poll(self, timeout=None, max_messages=None):
         """Caller mode: receive and deliver on this thread.
 
-        Returns after ``timeout`` seconds (None or math.inf: no limit), once
+        Returns after ``timeout`` seconds (not milliseconds, as pyzmq's
+        poll(timeout) takes; None or math.inf: no limit), once
         ``max_messages`` were delivered, when a target raised StopDelivery,
         or when the subscription is closed.  Returns the number of messages
         handed to the target.  Wakes at least every 200 ms for signals, so
@@ -316,8 +323,9 @@ cdef class Subscription:
 
         Safe from inside this subscription's own target (it then only asks the
         loop to stop after the current message).  Raises TimeoutError if the
-        loop did not end within ``timeout`` seconds, e.g. because a target is
-        stuck; calling close() again waits again.
+        loop did not end within ``timeout`` seconds (not pyzmq's
+        milliseconds), e.g. because a target is stuck; calling close() again
+        waits again.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
         self._check_process()
@@ -328,6 +336,7 @@ cdef class Subscription:
             raise TimeoutError(
                 f"{self!r} did not stop within {timeout} s: a target is still "
                 "running; close() again to wait longer")
+        self._flush_error_logs()
         if self._bus is not None:
             self._bus._forget(self)
 
@@ -338,9 +347,12 @@ cdef class Subscription:
     def __exit__(self, *exc_info):
         self.close()
 
-    cdef int _report(self, BaseException exc, object msg) noexcept:
-        """Route an exception from decoding or from the target; returns the
-        verdict for the core (UC_DELIVER_MORE: delivery goes on)."""
+    cdef int _report(self, BaseException exc, object msg, object topic,
+                     bint decoding) noexcept:
+        """Route an exception from decoding (``decoding``) or from the target
+        on a message of ``topic`` (None: a batch): to on_error, else to the
+        "upcall" logger (_errlog.pxi); returns the verdict for the core
+        (UC_DELIVER_MORE: delivery goes on)."""
         if not isinstance(exc, Exception):
             return self._interrupted(exc)
         if self._on_error is not None:
@@ -354,8 +366,15 @@ cdef class Subscription:
                     return self._interrupted(handler_exc)
                 _write_unraisable(handler_exc, self._on_error)
                 return UC_DELIVER_MORE
-        _write_unraisable(exc, self)
+        _log_error(self, self._decode_log if decoding else self._target_log, exc, topic,
+                   decoding)
         return UC_DELIVER_MORE
+
+    cdef _flush_error_logs(self):
+        """The summary records of errors left out of the log (at close)."""
+        cdef double now = _now()
+        self._decode_log.flush(self, now)
+        self._target_log.flush(self, now)
 
     cdef int _interrupted(self, BaseException exc) noexcept:
         """KeyboardInterrupt, SystemExit, GeneratorExit... from the target or

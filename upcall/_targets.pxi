@@ -80,8 +80,9 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
                     break
             i += 1
             uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
-            verdict = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
-                m.payload.data, <Py_ssize_t>m.payload.size))
+            topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
+            verdict = sub._report(_with_context(exc, topic), PyBytes_FromStringAndSize(
+                m.payload.data, <Py_ssize_t>m.payload.size), topic, True)
             if verdict != UC_DELIVER_MORE:
                 break
             continue
@@ -106,7 +107,7 @@ cdef int _hand_list(Subscription sub, Handler handler, list msgs) noexcept:
         sub._closed = True
     except BaseException as exc:
         uc_sub_add_stat(sub._c, UC_STAT_CALLBACK_ERRORS, len(msgs))
-        return sub._report(exc, msgs)
+        return sub._report(exc, msgs, None, False)
     uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, len(msgs))
     if sub._closed:
         verdict = UC_DELIVER_STOP

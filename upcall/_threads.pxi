@@ -142,3 +142,43 @@ cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
             f"{run.name}: the thread factory called run() on the subscribing thread")
         return -1
     return 0
+
+
+# What Python calls the core's own threads.  threading knows a thread it did
+# not start only through the _DummyThread that current_thread() makes for it
+# on demand, named "Dummy-<n>"; logging's %(threadName)s and
+# threading.enumerate() read that object.  On its first upcall a native thread
+# (which adopts one thread state for its whole loop) renames that object to
+# the name the core gave the OS thread, "upcall-<n>", through the public
+# Thread.name setter.  Chosen over registering a Thread of our own, which
+# would have to fake Thread's private start/stop state (_started,
+# _tstate_lock up to 3.12, _handle from 3.13): the dummy is CPython's own
+# object for exactly this case, on every version from 3.10 to 3.13.
+# Threads from a Python factory are threading's own and keep their names.
+
+cdef void _name_python_thread(const char *name) noexcept with gil:
+    try:
+        threading.current_thread().name = name.decode("utf-8", "replace")
+    except BaseException as exc:    # a name is not worth a failed delivery
+        _write_unraisable(exc, None)
+
+
+cdef void _forget_python_thread() noexcept with gil:
+    # The loop ends and the thread state goes: its dummy must leave
+    # threading._active, or threading.enumerate() lists a thread that has
+    # ended, and a later thread that reuses the ident would find the old
+    # name.  3.13 removes a dummy itself when its thread state is deleted;
+    # 3.10-3.12 never do.  Removed as 3.13 does it, under threading's lock,
+    # and only if the entry is still a dummy of this thread.
+    try:
+        active = getattr(threading, "_active", None)
+        lock = getattr(threading, "_active_limbo_lock", None)
+        dummy = getattr(threading, "_DummyThread", None)
+        if active is None or lock is None or dummy is None:
+            return
+        ident = threading.get_ident()
+        with lock:
+            if isinstance(active.get(ident), dummy):
+                del active[ident]
+    except BaseException as exc:
+        _write_unraisable(exc, None)

@@ -40,6 +40,7 @@ cdef struct loop_state:
     PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
     int gil_mode
     int adopted              # this thread holds a GILState registration for the loop
+    const char *native_name  # the core's own thread (default factory): its name, else NULL
     PyGILState_STATE gstate
     # What the target is (subscribe() decides once): TARGET_CALLABLE,
     # TARGET_HANDLER (an upcall.Handler: on_message through the vtable) or
@@ -155,6 +156,8 @@ cdef inline void _adopt(loop_state *st) noexcept nogil:
     # thread) its thread state and keep it registered until the loop ends,
     # so the `with gil` of later batches never builds one.
     st.gstate = PyGILState_Ensure()
+    if st.native_name != NULL:
+        _name_python_thread(st.native_name)
     PyEval_SaveThread()
     st.adopted = 1
 
@@ -172,6 +175,8 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
     st.owner = NULL
     if adopted:
         PyEval_RestoreThread(PyGILState_GetThisThreadState())
+        if st.native_name != NULL:
+            _forget_python_thread()
         Py_DecRef(owner)
         PyGILState_Release(gstate)   # native thread: its thread state goes now
     else:
@@ -242,8 +247,9 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
             i += 1
             if decoding:
                 decode_errors += 1
-                verdict = sub._report(_with_context(exc, m), PyBytes_FromStringAndSize(
-                    m.payload.data, <Py_ssize_t>m.payload.size))
+                topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
+                verdict = sub._report(_with_context(exc, topic), PyBytes_FromStringAndSize(
+                    m.payload.data, <Py_ssize_t>m.payload.size), topic, True)
             elif isinstance(exc, SystemExit) and not sub._caller:
                 # Ends this delivery thread's work silently, as SystemExit
                 # ends a threading.Thread (caller mode: poll() re-raises it).
@@ -252,7 +258,8 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
                 sub._closed = True
             else:
                 callback_errors += 1
-                verdict = sub._report(exc, obj)
+                verdict = sub._report(exc, obj, PyBytes_FromStringAndSize(
+                    m.topic.data, <Py_ssize_t>m.topic.size), False)
     if delivered:
         uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, delivered)
     if decode_errors:
@@ -279,9 +286,8 @@ cdef int _raise_frames(const uc_msg *m) except -1:
                       None, "frames")
 
 
-cdef object _with_context(object exc, const uc_msg *m):
+cdef object _with_context(object exc, bytes topic):
     """Name the topic in a decode error, so a report says which message failed."""
-    topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
     if isinstance(exc, DecodeError):
         try:
             exc.topic = topic

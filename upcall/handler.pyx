@@ -9,10 +9,15 @@ too (the override is found through the normal Python call, so it is as fast as
 a plain function target, not faster).
 """
 cimport cython
+from cpython.object cimport PyTypeObject
 
 
+@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Handler:
-    """Base class of extension-type targets.
+    """Handler(*args, **kwargs)
+--
+
+Base class of extension-type targets.
 
     Override ``on_message(self, msg)``; with ``with_topic=True`` the bus
     calls ``on_topic_message(self, topic, msg)`` instead, which by default
@@ -41,8 +46,12 @@ cdef class Handler:
 
 
 @cython.final
+@cython.embedsignature(False)
 cdef class Counter(Handler):
-    """Counts the messages it receives and keeps the last one.
+    """Counter(batches=False)
+--
+
+Counts the messages it receives and keeps the last one.
 
     ``Counter(batches=False)``: with ``batches=True`` it takes whole batches.
     """
@@ -64,7 +73,7 @@ cdef class Counter(Handler):
             self.last = msgs[len(msgs) - 1]
 
     def __repr__(self):
-        return f"<upcall.handler.Counter count={self.count}>"
+        return f"<upcall.Counter count={self.count}>"
 
 
 def _call_loop(target, Py_ssize_t n, msg=None):
@@ -84,3 +93,9 @@ def _call_loop(target, Py_ssize_t n, msg=None):
         for i in range(n):
             target(msg)
     return n
+
+
+# Public types read as upcall.X (reprs, error messages, help()); Python and
+# Cython subclasses, and cimport, are unaffected.
+(<PyTypeObject *>Handler).tp_name = b"upcall.Handler"
+(<PyTypeObject *>Counter).tp_name = b"upcall.Counter"
