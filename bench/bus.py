@@ -90,7 +90,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from bench import measure, report
+from bench import measure, progress, report
 from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
                         ping_zmq)
 from bench.workload import TOPIC, small_payload
@@ -750,18 +750,22 @@ class BusBench:
         ping: dict[str, list] = {m: [] for m in modes}
         disturbed: dict[str, int] = {m: 0 for m in modes}
         order = list(measure.interleave(modes, self.repeats))
-        for rep in range(self.repeats):
-            round_modes = [m for r, m in order if r == rep]
-            for mode in round_modes:
-                res, info = self._stable(FloodRun(self, transport, mode))
-                res["info"] = info
-                disturbed[mode] += info.disturbed
-                flood[mode].append(res)
-            if self.latency:
+        runs = len(order) * (2 if self.latency else 1)
+        with progress.Progress(f"bus {transport}", runs) as shown:
+            for rep in range(self.repeats):
+                round_modes = [m for r, m in order if r == rep]
                 for mode in round_modes:
-                    res, info = self._stable(PingRun(self, transport, mode))
+                    res, info = self._stable(FloodRun(self, transport, mode))
+                    res["info"] = info
                     disturbed[mode] += info.disturbed
-                    ping[mode].append(res)
+                    flood[mode].append(res)
+                    shown.step(f"flood {mode}")
+                if self.latency:
+                    for mode in round_modes:
+                        res, info = self._stable(PingRun(self, transport, mode))
+                        disturbed[mode] += info.disturbed
+                        ping[mode].append(res)
+                        shown.step(f"round trips {mode}")
         return self._records(transport, flood, ping, disturbed)
 
     def _records(self, transport, flood, ping, disturbed) -> list[dict]:

@@ -16,7 +16,7 @@ import time
 
 import upcall
 
-from bench import measure
+from bench import measure, progress
 from bench.workload import SMALL_MESSAGE, large_document, small_payload
 
 #: Extra attempts of a timed run that another process disturbed.
@@ -128,7 +128,9 @@ def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows):
         else:
             number = 1
         res = {name: [] for name, _ in variants}
-        for _, (name, fn) in measure.interleave(variants, repeats, order="mirror"):
+        runs = measure.interleave(variants, repeats, order="mirror")
+        for _, (name, fn) in progress.track(runs, f"codec {op} {workload}",
+                                            len(variants) * repeats):
             res[name].append(_per_call(fn, arg, number))
         med = {n: statistics.median(v) for n, v in res.items()}
         for name, times in res.items():

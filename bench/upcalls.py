@@ -38,7 +38,7 @@ import upcall
 from upcall._bus import _synthetic_info, _synthetic_subscribe
 from upcall.handler import _call_loop
 
-from bench import measure, report
+from bench import measure, progress, report
 from bench.workload import NIL, small_payload
 
 DEFAULT_N = 5_000_000
@@ -180,7 +180,8 @@ def run(opts) -> list[dict]:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            for _, x in measure.interleave(vs, repeats):
+            for _, x in progress.track(measure.interleave(vs, repeats), "upcalls",
+                                       len(vs) * repeats):
                 rate, info = measure.run_stable(lambda: x.once(bus, payloads),
                                                 retries=2 if not opts.quick else 0,
                                                 idle_timeout=idle)

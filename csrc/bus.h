@@ -346,6 +346,18 @@ int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
 int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len);
 
+/* Readiness of a UC_PUB publisher: wait until its peers hold at least n
+ * subscriptions (a SUB subscribed to k prefixes holds k; one that went away
+ * holds none), so that a message sent next reaches them instead of being
+ * dropped as sent before anyone subscribed (the slow-joiner effect).  Any
+ * thread; senders are not held up while it waits.  timeout_ms: 0 = look
+ * once, < 0 = no limit.  *count (may be NULL) gets the number seen last.
+ * UC_OK; UC_ERR_AGAIN when the time is up; UC_ERR_ARG for a UC_PUSH
+ * publisher (it has no subscriptions: its sends wait for a peer instead);
+ * UC_ERR_CLOSED once shut down; UC_ERR_ZMQ (ETERM) once its bus closes.
+ * n = 0 with timeout_ms = 0 just counts. */
+int uc_pub_wait_subscriptions(uc_pub *pub, int n, int timeout_ms, int *count);
+
 /* Make every send, one blocked now or one to come, return UC_ERR_CLOSED;
  * the publisher stays valid until uc_pub_close.  For closing while other
  * threads may still be about to call uc_pub_send. */

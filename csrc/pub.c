@@ -5,11 +5,25 @@
  * the bus's (closing), and, when the send is made from inside a target, the
  * eventfd of that target's subscription (being closed).  Without the last
  * two, closing a subscription or a bus would wait for a target that waits
- * for a peer. */
+ * for a peer.
+ *
+ * A "pub" publisher is an XPUB socket, not a PUB: the send path is the same
+ * (XPUB drops at the high-water mark exactly as PUB does), but it also reads
+ * the subscriptions its peers send, which is what uc_pub_wait_subscriptions
+ * needs to solve the slow-joiner problem (a message sent before a SUB has
+ * subscribed is dropped by design).  ZMQ_XPUB_VERBOSER makes every subscribe
+ * and every unsubscribe reach us, duplicates included, and a peer that goes
+ * away unsubscribes each of its prefixes: subscribe minus unsubscribe is then
+ * the number of subscriptions the peers hold now.  (Without it XPUB reports
+ * only a prefix's first subscriber and last unsubscriber.)  Unread, those
+ * messages would pile up inside libzmq for as long as peers come and go, so
+ * every DRAIN_EVERY sends reads them too. */
 #define _GNU_SOURCE
 #include "bus_impl.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -29,8 +43,22 @@ struct uc_pub {
     atomic_int closing;
     atomic_int linger_ms; /* ZMQ_LINGER at close (uc_pub_cap_linger may lower it) */
     pthread_mutex_t mu; /* serialises senders: zmq sockets are single-threaded */
+    uc_pub_kind kind;
+    int zfd;            /* XPUB: ZMQ_FD, polled without the mutex by a readiness wait */
+    int subscriptions;  /* XPUB: subscribe minus unsubscribe messages read (mutex) */
+    unsigned sends_since_drain; /* (mutex) */
     char last_endpoint[UC_ENDPOINT_MAX];
 };
+
+/* Sends between two readings of the subscription messages (see above): a
+ * counter on the send path, one non-blocking receive every so often. */
+enum { DRAIN_EVERY = 1024 };
+
+/* Longest sleep of a readiness wait before it looks again: ZMQ_FD is edge
+ * triggered, and a sender running meanwhile may take the wake-up (libzmq
+ * processes the socket's commands on any call), so the wait never relies on
+ * it alone. */
+enum { SUBS_RECHECK_MS = 50 };
 
 uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
 {
@@ -63,10 +91,16 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
     if (code == UC_OK) {
         p->bus = bus;
         code = UC_ERR_ZMQ;
-        p->sock = zmq_socket(uc_bus_zmq_context(bus), o->kind == UC_PUB ? ZMQ_PUB : ZMQ_PUSH);
+        p->kind = o->kind;
+        p->zfd = -1;
+        p->sock = zmq_socket(uc_bus_zmq_context(bus), o->kind == UC_PUB ? ZMQ_XPUB : ZMQ_PUSH);
+        size_t fd_len = sizeof p->zfd;
         /* Linger is set now too: if the process terminates the context
          * without closing us, it should not wait longer than asked. */
         if (p->sock
+            && (o->kind != UC_PUB
+                || (!uc_sock_set_int(p->sock, ZMQ_XPUB_VERBOSER, 1)
+                    && zmq_getsockopt(p->sock, ZMQ_FD, &p->zfd, &fd_len) == 0))
             && !uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)
@@ -89,6 +123,37 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
     }
     *err = UC_OK;
     return p;
+}
+
+/* Read the subscription messages the XPUB socket has queued and count them
+ * (mutex held).  A message is [1 prefix] (subscribe) or [0 prefix]
+ * (unsubscribe); anything else (an XSUB peer's own messages) is skipped. */
+static int drain_subscriptions(uc_pub *p)
+{
+    zmq_msg_t m;
+    int continuation = 0, rc = UC_OK;
+    zmq_msg_init(&m);
+    for (;;) {
+        if (zmq_msg_recv(&m, p->sock, ZMQ_DONTWAIT) < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                rc = UC_ERR_ZMQ;
+            break;
+        }
+        if (!continuation && zmq_msg_size(&m) >= 1) {
+            unsigned char first = *(const unsigned char *)zmq_msg_data(&m);
+            if (first == 1 && p->subscriptions < INT_MAX)
+                p->subscriptions++;
+            else if (first == 0 && p->subscriptions > 0) /* a peer's stray unsubscribe */
+                p->subscriptions--;
+        }
+        continuation = zmq_msg_more(&m);
+    }
+    int e = errno;
+    zmq_msg_close(&m);
+    errno = e;
+    return rc;
 }
 
 static int send_retry(void *sock, const void *buf, size_t len, int flags)
@@ -151,6 +216,10 @@ static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
      * accepted the rest of the message goes through without blocking. */
     if (send_retry(p->sock, payload, payload_len, 0) < 0)
         return UC_ERR_ZMQ;
+    if (p->kind == UC_PUB && ++p->sends_since_drain >= DRAIN_EVERY) {
+        p->sends_since_drain = 0;
+        drain_subscriptions(p);   /* only to free them: a failure is the next call's */
+    }
     return UC_OK;
 }
 
@@ -202,6 +271,51 @@ int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
     pthread_mutex_unlock(&p->mu);
     errno = e;
     return rc;
+}
+
+int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
+{
+    if (!p || p->kind != UC_PUB)
+        return UC_ERR_ARG;
+    struct timespec deadline;
+    if (timeout_ms > 0)
+        uc_deadline_after(&deadline, timeout_ms);
+    for (;;) {
+        int rc;
+        pthread_mutex_lock(&p->mu);
+        if (uc_bus_closing(p->bus)) {
+            errno = ETERM;
+            rc = UC_ERR_ZMQ;
+        } else if (atomic_load_explicit(&p->closing, memory_order_relaxed)) {
+            rc = UC_ERR_CLOSED;
+        } else {
+            rc = drain_subscriptions(p);
+        }
+        int have = p->subscriptions, e = errno;
+        pthread_mutex_unlock(&p->mu);
+        if (count)
+            *count = have;
+        if (rc != UC_OK) {
+            errno = e;
+            return rc;
+        }
+        if (have >= n)
+            return UC_OK;
+        long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
+        if (wait == 0)
+            return UC_ERR_AGAIN;
+        if (wait < 0 || wait > SUBS_RECHECK_MS)
+            wait = SUBS_RECHECK_MS;
+        /* Without the mutex: senders go on while we wait.  Polling the fds
+         * touches no zmq socket state. */
+        struct pollfd fds[3] = {
+            {.fd = p->zfd, .events = POLLIN},
+            {.fd = p->efd, .events = POLLIN},
+            {.fd = uc_bus_closing_fd(p->bus), .events = POLLIN},
+        };
+        if (poll(fds, 3, (int)wait) < 0 && errno != EINTR)
+            return UC_ERR_SYS;
+    }
 }
 
 void uc_pub_shutdown(uc_pub *p)

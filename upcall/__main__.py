@@ -1,21 +1,8 @@
-"""``python -m upcall``: no commands yet.
-
-The benchmark is not part of the installed package: it lives in the source
-tree (``python bench_upcalls.py`` or ``make bench`` there).
-"""
+"""``python -m upcall``: the command line (upcall/cli.py), as the ``upcall``
+console script runs it."""
 import sys
 
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:
-        print("upcall: the benchmark lives in the source tree: run `python bench_upcalls.py` "
-              "or `make bench` there", file=sys.stderr)
-    else:
-        print("upcall: no commands yet (the benchmark: `python bench_upcalls.py` in the "
-              "source tree)", file=sys.stderr)
-    return 2
-
+from upcall.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

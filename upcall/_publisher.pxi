@@ -38,6 +38,26 @@ cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     return 1
 
 
+cdef struct _subs_wait_args:
+    uc_pub *c
+    int n
+    int count     # the subscriptions seen last
+
+
+cdef int _subs_wait_step(object owner, int slice_ms, void *arg) except -1:
+    cdef _subs_wait_args *a = <_subs_wait_args *>arg
+    cdef int rc
+    with nogil:
+        rc = uc_pub_wait_subscriptions(a.c, a.n, slice_ms, &a.count)
+    if rc == UC_ERR_AGAIN:
+        return 0
+    if rc == UC_ERR_ARG:
+        raise ValueError("wait_subscriptions: a push publisher has no subscriptions "
+                         "(its send waits for a peer instead)")
+    _check_rc(rc, "wait_subscriptions")
+    return 1
+
+
 cdef object _encoded(object encode, object obj):
     """publisher(encoder=...): the encoder's payload for obj, checked to be bytes-like."""
     payload = encode(obj)
@@ -224,6 +244,43 @@ cdef class Publisher:
                 with nogil:
                     uc_pub_close(c)
         return _check_rc(rc, "send", ms)
+
+    def wait_subscriptions(self, n=1, *, timeout=None):
+        """Wait until this ``kind="pub"`` publisher's peers hold at least
+        ``n`` subscriptions; return how many they hold.
+
+        The cure for ZeroMQ's slow joiner: a PUB socket drops what it sends
+        before a SUB has subscribed, and subscribing takes a round trip after
+        the connection.  A message sent after this returns reaches every
+        subscription counted.  A SUB subscribed to k prefixes holds k (a
+        subscriber with the default ``topics`` holds one), one that went away
+        holds none.  ``timeout`` in seconds (None: no limit, 0: look once);
+        TimeoutError when it passes.  Lets Ctrl-C in, and other threads send
+        meanwhile.  ``wait_subscriptions(0, timeout=0)`` just counts.  A
+        ``kind="push"`` publisher raises ValueError: its sends wait for a
+        peer by themselves.
+        """
+        cdef int ms = _timeout_ms(timeout, "timeout")
+        cdef _subs_wait_args a
+        cdef uc_pub *c
+        cdef int done
+        want = int_arg(n, "n", 0, 2147483647)
+        self._check_open()
+        a.c, a.n, a.count = self._c, want, 0
+        self._in_flight += 1
+        try:
+            done = _in_signal_slices(self, _subs_wait_step, &a, ms)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._closing != NULL:
+                c = self._closing
+                self._closing = NULL
+                with nogil:
+                    uc_pub_close(c)
+        if not done:
+            raise TimeoutError(f"wait_subscriptions: {a.count} of {want} subscriptions "
+                               f"after {timeout} s")
+        return a.count
 
     cdef _check_open(self):
         if self._fork_generation != _fork_generation:

@@ -327,6 +327,135 @@ static int test_cap_linger(void)
     return 0;
 }
 
+/* Count a PUB publisher's subscriptions now (n = 0, timeout 0). */
+static int subs_now(uc_pub *p)
+{
+    int n = -1;
+    return uc_pub_wait_subscriptions(p, 0, 0, &n) == UC_OK ? n : -1;
+}
+
+/* Wait (with the tests' deadline) until the count is exactly want. */
+static int subs_become(uc_pub *p, int want)
+{
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (subs_now(p) != want) {
+        if (passed(&d))
+            return 0;
+        sleep_ms(1);
+    }
+    return 1;
+}
+
+/* uc_pub_wait_subscriptions: a PUB publisher sees its peers' subscriptions
+ * come and go, every one counted (XPUB verboser: the same prefix from two
+ * peers counts twice), and the first message sent after the wait reaches a
+ * SUB that connected just before it (no slow-joiner loss). */
+static int test_wait_subscriptions(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err, n = -1;
+    uc_pub_opts po = pub_opts(UC_PUB, ep, 1);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 1, 0, &n), UC_ERR_AGAIN);
+    CHECK_EQ(n, 0);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 1, 30, &n), UC_ERR_AGAIN);
+    CHECK_EQ(uc_pub_wait_subscriptions(NULL, 1, 0, &n), UC_ERR_ARG);
+
+    int linger = 0;
+    void *s1 = zmq_socket(uc_bus_zmq_context(g_bus), ZMQ_SUB);
+    void *s2 = zmq_socket(uc_bus_zmq_context(g_bus), ZMQ_SUB);
+    CHECK(s1 && s2);
+    zmq_setsockopt(s1, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s2, ZMQ_LINGER, &linger, sizeof linger);
+    CHECK_EQ(zmq_setsockopt(s1, ZMQ_SUBSCRIBE, "a", 1), 0);
+    CHECK_EQ(zmq_setsockopt(s1, ZMQ_SUBSCRIBE, "b", 1), 0);
+    CHECK_EQ(zmq_connect(s1, ep), 0);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 2, WAIT_MS, &n), UC_OK);
+    CHECK_EQ(n, 2);
+    /* Sent once, right after the wait: it arrives. */
+    CHECK_EQ(send_str(p, "a1", "first"), UC_OK);
+    char buf[16];
+    int rcvtimeo = WAIT_MS;
+    zmq_setsockopt(s1, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+    CHECK_EQ(zmq_recv(s1, buf, sizeof buf, 0), 2);
+    CHECK_EQ(memcmp(buf, "a1", 2), 0);
+    CHECK_EQ(zmq_recv(s1, buf, sizeof buf, 0), 5);
+    CHECK_EQ(memcmp(buf, "first", 5), 0);
+
+    /* The same prefix from another peer counts too. */
+    CHECK_EQ(zmq_setsockopt(s2, ZMQ_SUBSCRIBE, "a", 1), 0);
+    CHECK_EQ(zmq_connect(s2, ep), 0);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 3, WAIT_MS, &n), UC_OK);
+    CHECK_EQ(n, 3);
+    CHECK_EQ(zmq_setsockopt(s1, ZMQ_UNSUBSCRIBE, "b", 1), 0);
+    CHECK(subs_become(p, 2));
+    /* A peer that goes away takes its subscriptions with it. */
+    zmq_close(s1);
+    CHECK(subs_become(p, 1));
+    zmq_close(s2);
+    CHECK(subs_become(p, 0));
+
+    /* Many sends with nobody reading subscriptions: still counted right. */
+    for (int i = 0; i < 3000; i++)
+        CHECK_EQ(send_str(p, "x", "y"), UC_OK);
+    CHECK_EQ(subs_now(p), 0);
+
+    uc_pub_shutdown(p);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 1, 0, &n), UC_ERR_CLOSED);
+    uc_pub_close(p);
+
+    /* PUSH has no subscriptions. */
+    bind_ep(T_INPROC, ep, sizeof ep);
+    po = pub_opts(UC_PUSH, ep, 1);
+    p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(uc_pub_wait_subscriptions(p, 1, 0, &n), UC_ERR_ARG);
+    uc_pub_close(p);
+    return 0;
+}
+
+typedef struct {
+    uc_pub *pub;
+    atomic_int done;
+    int rc, n;
+} subs_waiter;
+
+static void *wait_subs_thread(void *arg)
+{
+    subs_waiter *w = arg;
+    w->rc = uc_pub_wait_subscriptions(w->pub, 1, -1, &w->n);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* A wait with no time limit ends when the publisher is shut down, and while
+ * it waits, sends from other threads go through (it does not hold the
+ * senders' mutex). */
+static int test_wait_subscriptions_shutdown(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUB, ep, 1);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    subs_waiter w = {.pub = p};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, wait_subs_thread, &w), 0);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(send_str(p, "t", "sent while a wait runs"), UC_OK);
+    uc_pub_shutdown(p);
+    CHECK(wait_atomic(&w.done, 1));
+    pthread_join(t, NULL);
+    CHECK_EQ(w.rc, UC_ERR_CLOSED);
+    CHECK_EQ(w.n, 0);
+    uc_pub_close(p);
+    return 0;
+}
+
 int main(void)
 {
     if (fixtures_setup() != 0)
@@ -338,6 +467,8 @@ int main(void)
     run("sub_close_wakes_send_in_deliver", test_sub_close_wakes_send_in_deliver);
     run("sub_close_wakes_send_in_deliver_caller_mode", test_sub_close_wakes_send_in_deliver_caller_mode);
     run("cap_linger", test_cap_linger);
+    run("wait_subscriptions", test_wait_subscriptions);
+    run("wait_subscriptions_shutdown", test_wait_subscriptions_shutdown);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);

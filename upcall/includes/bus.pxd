@@ -142,6 +142,7 @@ cdef extern from "bus.h" nogil:
                     const void *payload, size_t payload_len, int timeout_ms)
     int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                         const void *payload, size_t payload_len)
+    int uc_pub_wait_subscriptions(uc_pub *pub, int n, int timeout_ms, int *count) nogil
     void uc_pub_shutdown(uc_pub *pub)
     void uc_pub_cap_linger(uc_pub *pub, int max_ms)
     void uc_pub_close(uc_pub *pub)

@@ -1,0 +1,359 @@
+"""The ``upcall`` command line (``python -m upcall`` runs it too).
+
+    upcall listen ENDPOINT [--topic T ...] [--bind] [--kind sub|pull] [--count N]
+    upcall publish ENDPOINT [--topic T] [--bind] [--kind pub|push] [JSON ...]
+    upcall bench [ARGS ...]
+    upcall --version
+
+``listen`` prints one JSON line per message, ``{"topic": ..., "payload": ...}``;
+``publish`` sends each JSON argument (or each line of stdin) as one message.
+msgpack types that JSON lacks use the ``$`` forms of :mod:`upcall._jsonmap`
+(README.md, "Command line").  A failure prints one line on stderr, never a
+traceback: status 2 for a command line that cannot be used (argparse's
+errors, a JSON argument that does not parse), 1 for a failure while running
+(an endpoint libzmq refuses, an address in use, a bad JSON line on stdin, a
+wait that timed out), 130 after Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Iterator, Optional, Sequence
+
+import upcall
+from upcall._jsonmap import from_json, to_json, topic_to_json
+
+PROG = "upcall"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130    # what a shell reports for a command ended by SIGINT
+
+# Where the benchmark lives in a source checkout, next to the package.
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Failure(Exception):
+    """A failure reported as one line on stderr and an exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED):
+        super().__init__(message)
+        self.status = status
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception from upcall: OSError's "[Errno N]" prefix
+    dropped (its text names the call and the reason)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+# ---- listen -------------------------------------------------------------------
+
+def _listen(opts: argparse.Namespace) -> int:
+    printed = 0
+    out = sys.stdout
+
+    def show(topic: bytes, msg: Any) -> None:
+        nonlocal printed
+        line = json.dumps({"topic": topic_to_json(topic), "payload": to_json(msg)},
+                          ensure_ascii=False, allow_nan=False)
+        out.write(line + "\n")
+        out.flush()
+        printed += 1
+
+    def on_error(exc: BaseException, msg: Any) -> None:
+        if isinstance(exc, BrokenPipeError):
+            # stdout's reader went away (`upcall listen ... | head`): end quietly.
+            _silence_stdout()
+            raise upcall.StopDelivery
+        # A DecodeError names its topic; anything else came from show().
+        print(f"{PROG} listen: message skipped: {exc}", file=sys.stderr, flush=True)
+
+    kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, delivery="caller",
+                                  with_topic=True, on_error=on_error)
+    if opts.kind == "sub":
+        kwargs["topics"] = [t.encode("utf-8") for t in opts.topic] if opts.topic else [b""]
+    elif opts.topic:
+        raise Failure("--topic is for --kind sub (a pull socket has no topics)", EXIT_USAGE)
+    if opts.curve_serverkey:
+        kwargs["curve_serverkey"] = opts.curve_serverkey
+    with upcall.Bus() as bus:
+        try:
+            sub = bus.subscribe(opts.endpoint, show, **kwargs)
+        except (ValueError, OSError, TypeError) as e:
+            raise Failure(_describe(e)) from None
+        if opts.verbose:
+            print(f"{PROG} listen: {'bound to' if opts.bind else 'connected to'} "
+                  f"{sub.last_endpoint}", file=sys.stderr, flush=True)
+        # poll() counts skipped messages too: ask it for at most the lines
+        # still wanted, so that it never delivers more than --count.
+        while not sub.closed and (opts.count is None or printed < opts.count):
+            sub.poll(timeout=None,
+                     max_messages=None if opts.count is None else opts.count - printed)
+        if not sub.closed:
+            sub.close()
+    return EXIT_OK
+
+
+# ---- publish ------------------------------------------------------------------
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return from_json(json.loads(text))
+    except ValueError as e:     # json.JSONDecodeError is one
+        raise Failure(f"{where}: bad JSON: {e}") from None
+
+
+def _messages(opts: argparse.Namespace) -> Iterator[Any]:
+    if opts.json:
+        # Every argument is checked before anything is sent.
+        parsed = []
+        for i, text in enumerate(opts.json, 1):
+            try:
+                parsed.append(_parse(text, f"argument {i}"))
+            except Failure as f:
+                f.status = EXIT_USAGE
+                raise
+        yield from parsed
+        return
+    for lineno, line in enumerate(sys.stdin, 1):
+        if line.strip():
+            yield _parse(line, f"stdin line {lineno}")
+
+
+def _publish(opts: argparse.Namespace) -> int:
+    messages = _messages(opts)
+    if opts.json:
+        messages = iter(list(messages))      # bad arguments fail before any socket opens
+    topic = opts.topic.encode("utf-8")
+    kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, linger=opts.linger)
+    if opts.curve_serverkey:
+        kwargs["curve_serverkey"] = opts.curve_serverkey
+    with upcall.Bus() as bus:
+        try:
+            pub = bus.publisher(opts.endpoint, **kwargs)
+        except (ValueError, OSError, TypeError) as e:
+            raise Failure(_describe(e)) from None
+        if opts.kind == "pub" and opts.wait > 0:
+            # The slow joiner: a PUB drops what it sends before a subscriber
+            # has subscribed; wait for the subscriptions first.  (A PUSH
+            # needs no wait: its send waits for a peer by itself.)
+            try:
+                pub.wait_subscriptions(opts.wait, timeout=opts.wait_timeout)
+            except TimeoutError:
+                raise Failure(f"no subscriber on {pub.last_endpoint} within "
+                              f"{opts.wait_timeout} s (--wait-timeout)") from None
+        sent = 0
+        for obj in messages:
+            try:
+                pub.send(topic, obj)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise Failure(f"message {sent + 1}: cannot send: {_describe(e)}") from None
+            sent += 1
+        try:
+            pub.close()          # lingers until sent, at most --linger seconds
+        except (ValueError, OSError) as e:
+            raise Failure(_describe(e)) from None
+    return EXIT_OK
+
+
+# ---- bench --------------------------------------------------------------------
+
+def find_benchmark(root: str = _SOURCE_ROOT) -> Optional[str]:
+    """bench_upcalls.py of the source checkout this package runs from, if any."""
+    script = os.path.join(root, "bench_upcalls.py")
+    if os.path.isfile(script) and os.path.isdir(os.path.join(root, "bench")):
+        return script
+    return None
+
+
+def _bench(opts: argparse.Namespace, root: str = _SOURCE_ROOT) -> int:
+    script = find_benchmark(root)
+    if script is None and {"-h", "--help"} & set(opts.args):
+        opts.parser.print_help()
+        return EXIT_OK
+    if script is None:
+        raise Failure("the benchmark is not part of the installed package: get the source "
+                      "(a clone or the sdist) and run `upcall bench` with it installed in "
+                      "editable mode (pip install -e .), or `python bench_upcalls.py` / "
+                      "`make bench` there", EXIT_USAGE)
+    # Its own process: its exit status and its output are the command's.
+    return subprocess.call([sys.executable, script, *opts.args])
+
+
+# ---- the parser -----------------------------------------------------------------
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def _count(text: str) -> int:
+    n = _positive(text) if text != "0" else 0
+    return n
+
+
+def _seconds(text: str) -> Optional[float]:
+    if text.lower() in ("none", "inf"):
+        return None
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not s >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return s
+
+
+JSON_HELP = """\
+JSON mapping (both directions): null, true/false, numbers, strings, arrays
+and objects as themselves (a float keeps its fraction: 1.0); what JSON lacks
+is a one-key object:
+  {"$bytes": "<base64>"}                     msgpack bin
+  {"$float": "nan" | "inf" | "-inf"}         non-finite floats
+  {"$map": [[key, value], ...]}              a map with non-string keys (or
+                                             keys starting with $)
+  {"$timestamp": "2023-11-14T22:13:20.000000005Z"}   msgpack Timestamp (UTC;
+                                             [seconds, nanoseconds] outside
+                                             years 1..9999)
+  {"$ext": [code, "<base64>"]}               any other msgpack ext
+A topic prints as a string when it is UTF-8, else as {"$bytes": ...}.
+
+Exit status: 0 done, 1 failed while running (endpoint refused, address in
+use, bad JSON on stdin, wait timed out), 2 unusable command line (including
+a JSON argument that does not parse), 130 interrupted (Ctrl-C)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=fmt,
+        description="Listen to and publish on a ZeroMQ bus of msgpack messages\n"
+                    "([topic, payload] multipart, as upcall and pyzmq + msgpack send them).",
+        epilog=JSON_HELP)
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {upcall.__version__} (Python {sys.version.split()[0]})")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    lp = commands.add_parser(
+        "listen", formatter_class=fmt, epilog=JSON_HELP,
+        help="print one JSON line per message received",
+        description='Receive messages and print each as one JSON line:\n'
+                    '  {"topic": ..., "payload": ...}\n'
+                    "Ctrl-C ends it (status 130).")
+    lp.add_argument("endpoint", metavar="ENDPOINT",
+                    help="tcp://host:port, ipc://path or inproc://name")
+    lp.add_argument("--topic", "-t", action="append", default=[], metavar="T",
+                    help="a topic prefix to subscribe to (repeatable; default: everything)")
+    lp.add_argument("--bind", action="store_true",
+                    help="bind ENDPOINT (default: connect to it)")
+    lp.add_argument("--kind", choices=["sub", "pull"], default="sub",
+                    help="socket type (default: sub)")
+    lp.add_argument("--count", "-n", type=_positive, default=None, metavar="N",
+                    help="exit after N messages (default: run until Ctrl-C)")
+    lp.add_argument("--curve-serverkey", metavar="K",
+                    help="the server's CURVE public key (Z85): connect encrypted")
+    lp.add_argument("--verbose", "-v", action="store_true",
+                    help="say on stderr where it listens (the port of a tcp://...:* bind)")
+    lp.set_defaults(run=_listen)
+
+    pp = commands.add_parser(
+        "publish", formatter_class=fmt, epilog=JSON_HELP,
+        help="send JSON values as msgpack messages",
+        description="Send each JSON argument as one message, or, with none, each\n"
+                    "non-blank line of stdin.  A pub publisher first waits until a\n"
+                    "subscriber has subscribed, so the first message is not lost.")
+    pp.add_argument("endpoint", metavar="ENDPOINT",
+                    help="tcp://host:port, ipc://path or inproc://name")
+    pp.add_argument("json", nargs="*", metavar="JSON",
+                    help="messages to send (default: JSON lines from stdin)")
+    pp.add_argument("--topic", "-t", default="", metavar="T",
+                    help="the topic of every message (default: empty)")
+    pp.add_argument("--bind", action="store_true",
+                    help="bind ENDPOINT (default: connect to it)")
+    pp.add_argument("--kind", choices=["pub", "push"], default="pub",
+                    help="socket type (default: pub)")
+    pp.add_argument("--wait", type=_count, default=1, metavar="N",
+                    help="pub: subscriptions to wait for before sending "
+                         "(Publisher.wait_subscriptions; default 1, 0: do not wait)")
+    pp.add_argument("--wait-timeout", type=_seconds, default=None, metavar="S",
+                    help="give up (status 1) if they are not there after S seconds "
+                         "(default: wait until Ctrl-C)")
+    pp.add_argument("--linger", type=_seconds, default=5.0, metavar="S",
+                    help="at exit, wait at most S seconds for unsent messages (default 5)")
+    pp.add_argument("--curve-serverkey", metavar="K",
+                    help="the server's CURVE public key (Z85): connect encrypted")
+    pp.set_defaults(run=_publish)
+
+    bp = commands.add_parser(
+        "bench", add_help=False, formatter_class=fmt,
+        help="run the benchmark (bench_upcalls.py; a source checkout only)",
+        description="Runs bench_upcalls.py of the source checkout with ARGS\n"
+                    "(`upcall bench --help` shows its options).  The benchmark is\n"
+                    "not part of the installed package.")
+    bp.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    bp.set_defaults(run=_bench, parser=bp)
+    parser.set_defaults(publish_parser=pp)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        # Everything after "bench" is the benchmark's, options included
+        # (argparse's REMAINDER would not take a leading "--quick").
+        opts = parser.parse_args(["bench"])
+        opts.args = argv[1:]
+    elif argv[:1] == ["publish"]:
+        # JSON arguments may come after options (`publish EP -t a '{...}'`):
+        # intermixed parsing, which argparse offers for a parser without
+        # subcommands only.
+        opts = parser.get_default("publish_parser").parse_intermixed_args(argv[1:])
+        opts.command = "publish"
+    else:
+        opts = parser.parse_args(argv)
+    command = f"{PROG} {opts.command}"
+    try:
+        if str(getattr(opts, "endpoint", "")).startswith("inproc://"):
+            # libzmq would accept it and wait forever for a peer that cannot come.
+            raise Failure("an inproc:// endpoint exists only inside one process: "
+                          "use ipc:// or tcp:// to reach another", EXIT_USAGE)
+        return opts.run(opts)
+    except Failure as f:
+        print(f"{command}: {f}", file=sys.stderr, flush=True)
+        return f.status
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of stdout went away (`upcall listen ... | head`).
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the flush at exit does not complain
+    about the broken pipe once more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
