@@ -19,9 +19,9 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_sigint_sub.py tests/test_stats_invariant.py \
                 tests/test_publisher_threads.py tests/test_publisher_interrupt.py tests/test_aio.py \
                 tests/test_endpoints.py tests/test_logging.py tests/test_thread_names.py \
-                tests/test_readiness.py tests/test_decoder.py
+                tests/test_readiness.py tests/test_oob.py tests/test_decoder.py
 
-.PHONY: all deps build test test-threads-all bench wheel ctest sanitize fuzz fuzz-merge soak clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak clean
 
 all: build
 
@@ -113,6 +113,11 @@ fuzz-merge: build .clang.stamp
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang >/dev/null; \
 	fi
 	@touch $@
+
+# Out-of-band values over 4 GiB (msgpack's bin limit does not apply): opt-in,
+# they map several GiB of address space (tests/test_oob.py, marker huge).
+test-huge: build
+	$(PY) -m pytest -q -p no:cacheprovider -m huge tests/test_oob.py
 
 soak: build
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider

@@ -16,10 +16,11 @@ import json
 import platform
 import sys
 
-from bench import bus, codec, contention, upcalls
+from bench import bus, codec, contention, large, upcalls
 
-SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus}
-DEFAULT = ["codec", "upcalls", "bus"]   # contention is long: ask for it
+SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus,
+            "large": large}
+DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
 
 
 def main(argv=None):

@@ -101,11 +101,31 @@ def extension(name, pyx, csources, zmq):
 
 from Cython.Build import cythonize  # noqa: E402  (after the libzmq check)
 
+# The compiler directives are set here, so this file is a dependency of every
+# generated .c: cythonize() compares a .c only with its .pyx/.pxi/.pxd files,
+# and would keep a module generated under other directives.
+_setup_mtime = os.path.getmtime(os.path.abspath(__file__))
+_directives_changed = any(
+    not os.path.exists(pyx[:-len(".pyx")] + ".c")
+    or os.path.getmtime(pyx[:-len(".pyx")] + ".c") < _setup_mtime
+    for pyx, _, _ in selected.values())
+
 setup(
     ext_modules=cythonize(
         [extension(n, *spec) for n, spec in selected.items()],
         language_level=3,
-        compiler_directives={"embedsignature": True, "freethreading_compatible": False},
+        force=_directives_changed,
+        # binding=False: the def methods of the cdef classes are C method
+        # descriptors, which CPython type-checks: upcall.Bus.close(object())
+        # is a TypeError.  Cython 3's default (binding=True) makes them
+        # cyfunctions, which do not check self on an unbound call and read
+        # the C fields of whatever object they are given (Cython issue
+        # #6127): a crash.  The signatures are then embedded in the form
+        # CPython turns into __text_signature__ (clinic), so inspect.signature
+        # still works; the classes' own docstrings carry theirs by hand.
+        compiler_directives={"binding": False, "embedsignature": True,
+                             "embedsignature.format": "clinic",
+                             "freethreading_compatible": False},
         annotate=bool(os.environ.get("UPCALL_ANNOTATE")),
     ),
     # Only the files [tool.setuptools.package-data] lists go into a wheel, not

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "oob_impl.h"
 #include "sockopt.h"
 #include "sub_impl.h"
 #include "util.h"
@@ -170,7 +171,8 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
  * meant for that loop that we consume sets *took_loop_wake: the caller gives
  * it back once the mutex is released. */
 static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
-                       const void *payload, size_t payload_len, int timeout_ms,
+                       const void *payload, size_t payload_len,
+                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
                        uc_sub *caller_sub, int *took_loop_wake)
 {
     struct timespec deadline;
@@ -214,8 +216,35 @@ static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
     }
     /* The HWM is checked on a message's first frame only: once it is
      * accepted the rest of the message goes through without blocking. */
-    if (send_retry(p->sock, payload, payload_len, 0) < 0)
+    if (send_retry(p->sock, payload, payload_len, n_frames ? ZMQ_SNDMORE : 0) < 0)
         return UC_ERR_ZMQ;
+    for (size_t i = 0; i < n_frames; i++) {
+        const uc_oob_frame *f = &frames[i];
+        int flags = i + 1 < n_frames ? ZMQ_SNDMORE : 0;
+        if (!f->release) {
+            if (send_retry(p->sock, f->data ? f->data : "", f->size, flags) < 0)
+                return UC_ERR_ZMQ;
+            continue;
+        }
+        /* Over the sender's memory: libzmq gives the reference back through
+         * uc_release_zmq_free when it is done (a failed init or send
+         * closes the message, which does the same). */
+        zmq_msg_t m;
+        uc_release_get(f->release);
+        if (zmq_msg_init_data(&m, (void *)f->data, f->size, uc_release_zmq_free, f->release) != 0) {
+            uc_release_put(f->release);
+            return UC_ERR_ZMQ;
+        }
+        int rc;
+        while ((rc = zmq_msg_send(&m, p->sock, flags)) < 0 && errno == EINTR)
+            ;
+        if (rc < 0) {
+            int e = errno;
+            zmq_msg_close(&m);
+            errno = e;
+            return UC_ERR_ZMQ;
+        }
+    }
     if (p->kind == UC_PUB && ++p->sends_since_drain >= DRAIN_EVERY) {
         p->sends_since_drain = 0;
         drain_subscriptions(p);   /* only to free them: a failure is the next call's */
@@ -238,14 +267,23 @@ static int check_send_args(uc_pub *p, const void **topic, size_t topic_len,
 int uc_pub_send(uc_pub *p, const void *topic, size_t topic_len,
                 const void *payload, size_t payload_len, int timeout_ms)
 {
+    return uc_pub_send_frames(p, topic, topic_len, payload, payload_len, NULL, 0, timeout_ms);
+}
+
+int uc_pub_send_frames(uc_pub *p, const void *topic, size_t topic_len,
+                       const void *payload, size_t payload_len,
+                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms)
+{
     int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
     if (rc != UC_OK)
         return rc;
+    if ((n_frames && !frames) || n_frames > UC_MAX_FRAMES - 2)
+        return UC_ERR_ARG;
     uc_sub *caller_sub = uc_sub_current();
     int took_loop_wake = 0;
     pthread_mutex_lock(&p->mu);
-    rc = send_locked(p, topic, topic_len, payload, payload_len, timeout_ms,
-                     caller_sub, &took_loop_wake);
+    rc = send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
+                     timeout_ms, caller_sub, &took_loop_wake);
     int e = errno;
     pthread_mutex_unlock(&p->mu);
     if (took_loop_wake)
@@ -266,7 +304,7 @@ int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
         return UC_ERR_AGAIN;
     /* It never waits, so it never needs to consume a loop's wake-up. */
     int unused = 0;
-    rc = send_locked(p, topic, topic_len, payload, payload_len, 0, NULL, &unused);
+    rc = send_locked(p, topic, topic_len, payload, payload_len, NULL, 0, 0, NULL, &unused);
     int e = errno;
     pthread_mutex_unlock(&p->mu);
     errno = e;

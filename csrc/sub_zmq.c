@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "bus_impl.h"
+#include "oob_impl.h"
 #include "util.h"
 
 /* How many maximal (UC_MAX_FRAMES) messages the frame pool can hold on top of
@@ -595,4 +596,18 @@ const char *uc_sub_endpoint(const uc_sub *s, size_t i)
     if (i >= z->n_attached)
         return NULL;
     return i == 0 ? s->last_endpoint : z->more[i - 1];
+}
+
+/* uc_sub_hold (oob.h): the batch's frames are views of z->pool, one to one
+ * (views[i] describes pool[i]), so a frame handed out is found by its
+ * address. */
+int uc_sub_hold(uc_sub *s, const uc_frame *f, uc_held **out)
+{
+    if (!s || !f || !out || s->ops != &zmq_ops)
+        return UC_ERR_ARG;
+    zmq_source *z = (zmq_source *)s;
+    if (f < z->views || f >= z->views + z->pool_used)
+        return UC_ERR_ARG;
+    *out = uc_held_from_zmq(&z->pool[f - z->views]);
+    return *out ? UC_OK : UC_ERR_NOMEM;
 }

@@ -51,6 +51,9 @@ def test_class_signatures(cls, expected):
 
 def test_method_signatures():
     assert [p[0] for p in params(upcall.Bus.subscribe)][:3] == ["self", "endpoint", "target"]
+    # A one-tuple default as it is: Cython's embedded signatures write (b"",) as (b'').
+    assert ("topics", "KEYWORD_ONLY", (b"",)) in params(upcall.Bus.subscribe)
+    assert ("topics", "KEYWORD_ONLY", (b"",)) in params(upcall.Bus.subscribe_async)
     assert ("timeout", "KEYWORD_ONLY", None) in params(upcall.Publisher.send)
     assert params(upcall.Subscription.poll)[1:] == [
         ("timeout", "POSITIONAL_OR_KEYWORD", None), ("max_messages", "POSITIONAL_OR_KEYWORD", None)]

@@ -1,5 +1,8 @@
 """Native (nogil) handlers: Count, FieldFilter, the pass-through base, checked
 by counts over the synthetic source and over real sockets."""
+import subprocess
+import sys
+
 import pytest
 
 import upcall
@@ -7,7 +10,7 @@ from upcall._bus import _synthetic_subscribe
 from upcall.handler import Counter
 from upcall.native import Count, FieldFilter, NativeHandler
 
-from helpers import DEADLINE, wait_for
+from helpers import DEADLINE, script_env, wait_for
 
 MODES = ["native", "python", "caller"]
 
@@ -157,3 +160,21 @@ def test_filter_over_a_socket(endpoints, transport):
         wait_for(lambda: sub.stats["delivered"] == 500)
         assert sub.stats["filtered"] == 500
     assert picked.last == {"px": 999, "sym": "X"}
+
+
+@pytest.mark.parametrize("conditions", ["eq=1", "eq='s'", "gt=1.5, ne=b'x'"])
+def test_a_field_filter_does_not_pickle(conditions, tmp_path):
+    # A TypeError, in a child: Cython's automatic pickling of it segfaulted.
+    code = (
+        "import pickle\n"
+        "from upcall.native import FieldFilter\n"
+        f"f = FieldFilter('px', {conditions})\n"
+        "try:\n"
+        "    pickle.dumps(f)\n"
+        "except TypeError as e:\n"
+        "    print('TypeError:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=script_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("TypeError: cannot pickle an upcall.native.FieldFilter"), \
+        proc.stdout

@@ -16,13 +16,17 @@ from upcall._codec import (  # noqa: F401
 )
 from upcall._bus import (  # noqa: F401
     DEFAULT_BATCH,
+    DEFAULT_OOB_THRESHOLD,
+    MAX_OOB_FRAMES,
     Bus,
     Publisher,
+    Sent,
     StopDelivery,
     Subscription,
     ZMQError,
     curve_keypair,
     native_threads,
+    oob_outstanding,
     python_threads,
 )
 
@@ -33,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding",
     "native_threads", "python_threads", "curve_keypair",
     "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
     "UpcallError", "ZMQError",

@@ -109,7 +109,8 @@ class Publisher:
     def last_endpoint(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    def send(self, topic: Topic, obj: Any, *, timeout: float | None = None) -> None:
+    def send(self, topic: Topic, obj: Any, *, timeout: float | None = None,
+             copy: bool = False) -> Sent | None:
         """``timeout`` in seconds (pyzmq's are milliseconds)."""
     def send_async(self, topic: Topic, obj: Any, *,
                    timeout: float | None = None) -> Coroutine[Any, Any, None]:
@@ -123,6 +124,18 @@ class Publisher:
     def __enter__(self) -> Publisher: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...
+
+@final
+class Sent:
+    """Whether libzmq is done with a message's out-of-band buffers."""
+    @property
+    def done(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+DEFAULT_OOB_THRESHOLD: int
+MAX_OOB_FRAMES: int
+
+def oob_outstanding() -> tuple[int, int]: ...
 
 @final
 class Bus:
@@ -191,6 +204,7 @@ class Bus:
         default: Callable[[Any], Any] | None = None,
         encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
         socket_options: Mapping[str, int] | None = None,
+        oob_threshold: int | None = ...,
     ) -> Publisher: ...
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...

@@ -32,6 +32,7 @@ from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
 from upcall.includes.bus cimport *
+from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
@@ -153,6 +154,7 @@ cdef int _made_here(object token, str cls, str how) except -1:
 
 
 include "_slices.pxi"
+include "_oob.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
 include "_errlog.pxi"
@@ -336,8 +338,16 @@ cdef int _bus_close_step(object unused, int slice_ms, void *arg) except -1:
     return rc == UC_OK
 
 
+cdef int _check_self(object obj, str method) except -1:
+    """For Bus's cyfunction methods: the TypeError CPython raises when one of
+    the C methods is called unbound with another object as self."""
+    if not isinstance(obj, Bus):
+        raise TypeError(f"descriptor {method!r} for 'upcall.Bus' objects doesn't apply to a "
+                        f"{type(obj).__name__!r} object")
+    return 0
+
+
 @cython.final
-@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Bus:
     """Bus(io_threads=1, thread_factory=None, max_sockets=None)
 --
@@ -459,6 +469,11 @@ A zmq context and every subscription and publisher opened on it.
         errno = err
         _check_rc(rc, what, -1, _endpoint_detail(endpoint, err, bind))
 
+    # A cyfunction (binding=True), unlike the other methods (setup.py): the
+    # default (b"",) in a C method's text signature reads as b'' to
+    # inspect.signature() on Python < 3.12 (a trailing comma is dropped).
+    # So self is checked here, as CPython checks it for the others.
+    @cython.binding(True)
     def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
@@ -499,11 +514,13 @@ A zmq context and every subscription and publisher opened on it.
         payload's ``bytes``, undecoded.  With a native handler they decide
         what its ``target`` gets; ``select()`` always sees the raw views.
         """
+        _check_self(self, "subscribe")
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
             socket_options, decoder, raw, GIL_ADOPT, None)
 
+    @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
@@ -521,6 +538,7 @@ A zmq context and every subscription and publisher opened on it.
         ``stats["dropped"]``.  Returns an ``upcall.aio.AsyncSubscription``
         (``async with`` closes it).  docs/asyncio.md.
         """
+        _check_self(self, "subscribe_async")
         from upcall.aio import AsyncSubscription   # asyncio only for those who use it
         self._check_open()
         asub = AsyncSubscription(self, endpoint, queue_size, dict(
@@ -676,7 +694,8 @@ A zmq context and every subscription and publisher opened on it.
 
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  default=None, encoder=None, socket_options=None):
+                  default=None, encoder=None, socket_options=None,
+                  oob_threshold=DEFAULT_OOB_THRESHOLD):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
@@ -691,6 +710,9 @@ A zmq context and every subscription and publisher opened on it.
         ``msgspec.msgpack.Encoder().encode``); it must return a bytes-like
         object.
         ``socket_options``: libzmq options by name, as for :meth:`subscribe`.
+        ``oob_threshold``: bytes-like values of this many bytes or more travel
+        out of band, as frames of their own without a copy (docs/wire.md);
+        None: never.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -719,6 +741,7 @@ A zmq context and every subscription and publisher opened on it.
         pub.endpoint = endpoint
         pub._encoder = Encoder(default=default)
         pub._encode = encoder
+        pub._oob_threshold = _oob_threshold_arg(oob_threshold)
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
         try:

@@ -1,6 +1,6 @@
 """Type stubs of upcall._codec (the msgpack codec)."""
 import datetime
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -71,3 +71,7 @@ class Decoder:
 def packb(obj: Any, *, default: Optional[Callable[[Any], Any]] = None) -> bytes: ...
 def unpackb(data: Buffer, *, timestamp: Optional[Literal["timestamp", "datetime"]] = None,
             max_depth: Optional[int] = None, max_len: Optional[int] = None) -> Any: ...
+
+@final
+class OobBuffer:
+    """A buffer view of a value a publisher sends out of band (internal)."""

@@ -4,7 +4,8 @@
 The C side is csrc/msgpack.{h,c} (reader/writer, no Python) and
 upcall/_codec_c.h (the object-building decoder).  See docs/codec.md.
 """
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Next, PyDict_Size
@@ -41,8 +42,29 @@ cdef extern from "_codec_c.h":
         UCD_ERR_UNHASHABLE
         UCD_ERR_MAX_LEN
         UCD_ERR_TS_RANGE
+        UCD_ERR_OOB_LENGTH
+        UCD_ERR_OOB_VERSION
+        UCD_ERR_OOB_FLAGS
+        UCD_ERR_OOB_INDEX
+        UCD_ERR_OOB_TWICE
+        UCD_ERR_OOB_SIZE
+        UCD_ERR_OOB_UNUSED
+        UCD_ERR_COALESCED
+        UCD_EXT_OOB
+        UCD_EXT_COALESCED
+    ctypedef struct ucd_span:
+        pass
+    ctypedef struct ucd_frames:
+        const ucd_span *extra
+        size_t n
+        uint32_t used
+        object (*make)(void *ctx, size_t i)
+        void *ctx
+    Py_ssize_t ucd_oob_min
+    ucd_frames ucd_no_frames
     void ucd_config_clear_keys(ucd_config *cfg)
     object ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size)
+    object ucd_decode_frames(ucd_config *cfg, const char *data, Py_ssize_t size, ucd_frames *fr)
     object (*ucd_make_timestamp)(int64_t sec, uint32_t nsec, int as_datetime)
     object (*ucd_make_ext)(int code, const char *data, Py_ssize_t size)
     object (*ucd_make_error)(int code, Py_ssize_t offset, Py_ssize_t limit)
@@ -114,6 +136,15 @@ cdef dict _EXTRA_REASONS = {
     UCD_ERR_UNHASHABLE: ("unhashable_key", "a map key is an array or a map (unhashable)"),
     UCD_ERR_MAX_LEN: ("max_len", "a length exceeds max_len"),
     UCD_ERR_TS_RANGE: ("timestamp_range", "a timestamp outside the range of datetime"),
+    # docs/wire.md, out-of-band references (ext 126) and coalesced payloads (ext 127)
+    UCD_ERR_OOB_LENGTH: ("oob_length", "an out-of-band reference (ext 126) is not 16 bytes"),
+    UCD_ERR_OOB_VERSION: ("oob_version", "an out-of-band reference of an unknown version"),
+    UCD_ERR_OOB_FLAGS: ("oob_flags", "an out-of-band reference with unknown flags (compression is not supported)"),
+    UCD_ERR_OOB_INDEX: ("oob_index", "an out-of-band reference names no frame after the payload"),
+    UCD_ERR_OOB_TWICE: ("oob_twice", "two out-of-band references name the same frame"),
+    UCD_ERR_OOB_SIZE: ("oob_size", "an out-of-band frame's length is not the reference's size"),
+    UCD_ERR_OOB_UNUSED: ("oob_unused", "a frame after the payload that no out-of-band reference names"),
+    UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127): not supported by this version"),
 }
 
 
@@ -148,7 +179,6 @@ cdef inline int _ck(int rc) except -1:
 
 # ---------------------------------------------------------------- Timestamp
 
-@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Timestamp:
     """Timestamp(seconds, nanoseconds=0)
 --
@@ -222,7 +252,6 @@ cdef Timestamp _ts_from_datetime(object dt):
 
 # ---------------------------------------------------------------- ExtType
 
-@cython.embedsignature(False)
 cdef class ExtType:
     """ExtType(code, data)
 --
@@ -295,7 +324,7 @@ cdef Py_ssize_t _check_depth(object value, str where) except -1:
 
 # ---------------------------------------------------------------- Encoder
 
-@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Encoder:
     """Encoder(*, max_depth=512, default=None)
 --
@@ -373,6 +402,28 @@ Reusable msgpack encoder: ``Encoder(*, max_depth=512, default=None).encode(obj) 
     cdef int pack_into(self, object obj, mp_writer *w) except -1:
         return ucd_pack(<PyObject *>self, self._max_depth, <PyObject *>obj, w, 0)
 
+    cdef object pack_oob(self, object obj, mp_writer *w, Py_ssize_t threshold):
+        global ucd_oob_min
+        cdef Encoder e = self
+        if self._oob_on:
+            # In use by another send (its packing ran Python code that let
+            # the GIL go): this one packs with a twin, so that each send
+            # collects its own values.
+            e = Encoder.__new__(Encoder)
+            e._max_depth = self._max_depth
+            e._default = self._default
+        if threshold < ucd_oob_min:
+            ucd_oob_min = threshold
+        e._oob_on = True
+        e._oob = None
+        e._oob_threshold = threshold
+        try:
+            ucd_pack(<PyObject *>e, e._max_depth, <PyObject *>obj, w, 0)
+            return e._oob
+        finally:
+            e._oob_on = False
+            e._oob = None
+
     cdef int _pack(self, object obj, mp_writer *w, Py_ssize_t depth) except -1:
         return ucd_pack(<PyObject *>self, self._max_depth, <PyObject *>obj, w, depth)
 
@@ -385,6 +436,9 @@ cdef int _hook_pack_other(PyObject *enc, PyObject *obj, mp_writer *w, Py_ssize_t
     cdef Py_ssize_t max_depth = (<Encoder>enc)._max_depth
     cdef Timestamp ts
     cdef type t = type(o)
+    if (<Encoder>enc)._oob_on:
+        if _pack_wire(<Encoder>enc, o, w) == 0:
+            return 0
     if t is Timestamp:
         return _ck(mp_write_timestamp(w, (<Timestamp>o).seconds, (<Timestamp>o).nanoseconds))
     if t is ExtType:
@@ -436,6 +490,71 @@ cdef int _hook_pack_other(PyObject *enc, PyObject *obj, mp_writer *w, Py_ssize_t
 
 
 ucd_pack_other = _hook_pack_other
+
+
+# ---------------------------------------------------------------- out-of-band values
+
+# Frames after the payload that one message may carry (UC_MAX_FRAMES - 2,
+# upcall.MAX_OOB_FRAMES).
+cdef Py_ssize_t MAX_OOB_FRAMES = 14
+
+
+@cython.final
+cdef class OobBuffer:
+    """A buffer view of a value sent out of band, held until libzmq is done."""
+
+    def __dealloc__(self):
+        if self.held:
+            self.held = False
+            PyBuffer_Release(&self.view)
+
+
+cdef inline void _be(unsigned char *p, uint64_t v, int n) noexcept:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = <unsigned char>(v & 0xff)
+        v >>= 8
+
+
+cdef int _pack_wire(Encoder e, object o, mp_writer *w) except -1:
+    """Packing for a publisher (Encoder.pack_oob): a buffer-protocol value
+    at or above the threshold becomes an out-of-band reference (docs/wire.md,
+    ext 126), a smaller one bin; ExtType codes 126 and 127 belong to the wire
+    format and are refused.  0: packed; 1: not for this function."""
+    cdef OobBuffer b
+    cdef unsigned char ref[16]
+    cdef Py_ssize_t n
+    if isinstance(o, ExtType) or _foreign_kind(type(o)) == _FOREIGN_EXT:
+        code = (<ExtType>o).code if isinstance(o, ExtType) else (o[0] if isinstance(o, tuple) else o.code)
+        if code == UCD_EXT_OOB or code == UCD_EXT_COALESCED:
+            raise ValueError(f"upcall: ext code {code} belongs to the wire format "
+                             "(docs/wire.md): a publisher cannot send it as an ExtType")
+        return 1
+    if not PyObject_CheckBuffer(o):
+        return 1
+    b = OobBuffer.__new__(OobBuffer)
+    try:
+        PyObject_GetBuffer(o, &b.view, PyBUF_SIMPLE)
+    except (BufferError, ValueError) as exc:   # numpy says ValueError
+        raise BufferError(f"upcall: cannot send a {type(o).__qualname__} whose buffer is not "
+                          f"contiguous ({exc}); send a contiguous copy") from None
+    b.held = True
+    n = b.view.len
+    if n < e._oob_threshold or (e._oob is not None and len(e._oob) >= MAX_OOB_FRAMES):
+        if <uint64_t>n > 0xffffffff:
+            raise ValueError(f"upcall: a {n}-byte value cannot be packed inline (msgpack's "
+                             f"limit is 2**32-1) and a message carries at most "
+                             f"{MAX_OOB_FRAMES} out-of-band values")
+        return _ck(mp_write_bin(w, b.view.buf, <size_t>n))
+    if e._oob is None:
+        e._oob = []
+    ref[0] = 1
+    ref[1] = ref[2] = ref[3] = 0
+    _be(ref + 4, <uint64_t>(2 + len(e._oob)), 4)
+    _be(ref + 8, <uint64_t>n, 8)
+    _ck(mp_write_ext(w, UCD_EXT_OOB, ref, 16))
+    e._oob.append(b)
+    return 0
 
 
 # Other libraries' timestamp and ext types, recognised by their type's module
@@ -490,7 +609,7 @@ cdef int _pack_buffer(object o, mp_writer *w) except -1:
 
 # ---------------------------------------------------------------- Decoder
 
-@cython.embedsignature(False)     # 512: DEFAULT_MAX_DEPTH
+# The signature in the docstring is written by hand (512: DEFAULT_MAX_DEPTH).
 cdef class Decoder:
     """Decoder(*, timestamp='timestamp', max_depth=512, max_len=None)
 --
@@ -555,6 +674,19 @@ Reusable msgpack decoder: ``Decoder(*, timestamp="timestamp",
 
     cdef object decode_view(self, const char *data, Py_ssize_t size):
         return ucd_decode(<ucd_config *>self._state, data, size)
+
+    cdef object decode_wire(self, const char *data, Py_ssize_t size):
+        return ucd_decode_frames(<ucd_config *>self._state, data, size, &ucd_no_frames)
+
+    cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
+                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+        cdef ucd_frames fr
+        fr.extra = <const ucd_span *>extra
+        fr.n = n_extra
+        fr.used = 0
+        fr.make = make
+        fr.ctx = ctx
+        return ucd_decode_frames(<ucd_config *>self._state, data, size, &fr)
 
     cdef object _decode_obj(self, object data, str argname):
         cdef Py_buffer view

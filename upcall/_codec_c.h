@@ -37,8 +37,41 @@ enum {
     UCD_ERR_UNHASHABLE = 101,  /* a map key decoded to a list or dict */
     UCD_ERR_MAX_LEN = 102,     /* a length above max_len */
     UCD_ERR_TS_RANGE = 103,    /* timestamp outside datetime's range */
+    UCD_ERR_OOB_LENGTH = 110,  /* ext 126 whose data is not 16 bytes */
+    UCD_ERR_OOB_VERSION = 111, /* ext 126 of another version */
+    UCD_ERR_OOB_FLAGS = 112,   /* ext 126 with flags this version does not know */
+    UCD_ERR_OOB_INDEX = 113,   /* ext 126 naming no frame after the payload */
+    UCD_ERR_OOB_TWICE = 114,   /* a frame referenced twice */
+    UCD_ERR_OOB_SIZE = 115,    /* a frame whose length is not the reference's size */
+    UCD_ERR_OOB_UNUSED = 116,  /* a frame after the payload that nothing references */
+    UCD_ERR_COALESCED = 117,   /* a payload that is an ext 127 (coalesced) value */
     UCD_ERR_PYTHON = 199       /* a Python exception is set (MemoryError...) */
 };
+
+/* The wire format's ext codes (docs/wire.md). */
+#define UCD_EXT_OOB 126
+#define UCD_EXT_COALESCED 127
+
+/* The frames after a message's payload, for resolving its out-of-band
+ * references (ext 126) while decoding it in a subscription.  `used` marks
+ * the frames referenced so far: each must be referenced exactly once. */
+typedef struct ucd_span {
+    const char *data;
+    size_t size;
+} ucd_span;
+
+typedef struct ucd_frames {
+    const ucd_span *extra;         /* frames after the payload */
+    size_t n;                      /* how many (at most 32) */
+    uint32_t used;
+    /* The value for extra[i]: a new reference, or NULL with an exception. */
+    PyObject *(*make)(void *ctx, size_t i);
+    void *ctx;
+} ucd_frames;
+
+/* A message with no frame after its payload: any reference is oob_index.
+ * Never written (a reference is checked against n = 0 before `used`). */
+static ucd_frames ucd_no_frames = {NULL, 0, 0, NULL, NULL};
 
 #define UCD_KEYCACHE_SIZE 512      /* slots, a power of two */
 #define UCD_KEY_MAX 16             /* keys up to this many bytes are cached */
@@ -67,6 +100,7 @@ static PyObject *(*ucd_make_error)(int code, Py_ssize_t offset, Py_ssize_t limit
 
 typedef struct ucd_ctx {
     ucd_config *cfg;
+    ucd_frames *fr;                /* NULL: ext 126 is a plain ExtType */
     mp_reader r;
     int err;
     size_t err_pos;
@@ -161,8 +195,35 @@ static inline PyObject *ucd_cached_str(ucd_ctx *c, ucd_key_slot *table, uint32_t
     return k;
 }
 
+static inline uint64_t ucd_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* An out-of-band reference (docs/wire.md): checked against the frames, the
+ * frame marked used, its value made by the subscription. */
+static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it, size_t pos) {
+    ucd_frames *fr = c->fr;
+    const unsigned char *d = (const unsigned char *)it->ptr;
+    if (it->len != 16) return ucd_fail(c, UCD_ERR_OOB_LENGTH, pos);
+    if (d[0] != 1) return ucd_fail(c, UCD_ERR_OOB_VERSION, pos);
+    if (d[1] || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
+    uint64_t index = ucd_be(d + 4, 4), size = ucd_be(d + 8, 8);
+    if (index < 2 || index - 2 >= fr->n) return ucd_fail(c, UCD_ERR_OOB_INDEX, pos);
+    size_t i = (size_t)(index - 2);
+    if (fr->used & (UINT32_C(1) << i)) return ucd_fail(c, UCD_ERR_OOB_TWICE, pos);
+    if ((uint64_t)fr->extra[i].size != size) return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
+    fr->used |= UINT32_C(1) << i;
+    PyObject *o = fr->make(fr->ctx, i);
+    if (!o) c->err = UCD_ERR_PYTHON;
+    return o;
+}
+
 static PyObject *ucd_ext(ucd_ctx *c, const mp_item *it, size_t pos) {
     PyObject *o;
+    if (it->type != MP_TIMESTAMP && it->ext_type == UCD_EXT_OOB && c->fr)
+        return ucd_oob(c, it, pos);
     if (it->type == MP_TIMESTAMP) {
         o = ucd_make_timestamp(it->v.ts.sec, it->v.ts.nsec, c->cfg->ts_datetime);
         if (!o && PyErr_ExceptionMatches(PyExc_OverflowError)) {
@@ -339,12 +400,48 @@ static __attribute__((noinline)) PyObject *ucd_map(ucd_ctx *c, uint32_t n, Py_ss
 
 /* Decode exactly one object from data[0:size].  New reference, or NULL with
  * an exception set (DecodeError for malformed data). */
+static inline PyObject *ucd_decode_frames(ucd_config *cfg, const char *data, Py_ssize_t size,
+                                          ucd_frames *fr);
+
 static PyObject *ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size) {
+    return ucd_decode_frames(cfg, data, size, NULL);
+}
+
+/* A payload that is one ext 127 value (a coalesced batch, docs/wire.md)?
+ * Only ext headers get past the first test. */
+static inline int ucd_is_coalesced(const char *data, Py_ssize_t size) {
+    unsigned char b = size > 0 ? (unsigned char)data[0] : 0;
+    if (!((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8))) return 0;
+    mp_reader r;
+    mp_item it;
+    mp_reader_init(&r, data, (size_t)size);
+    return mp_read(&r, &it) == MP_OK && it.type == MP_EXT && it.ext_type == UCD_EXT_COALESCED;
+}
+
+static __attribute__((noinline, cold)) PyObject *ucd_raise_coalesced(void) {
+    PyObject *exc = ucd_make_error(UCD_ERR_COALESCED, 0, -1);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* ucd_decode for a subscription's message: with fr, its out-of-band
+ * references are resolved (and every frame must be referenced once), and a
+ * coalesced payload is refused until coalescing is built. */
+/* Inlined into each caller (as ucd_decode was before frames): a call more
+ * per message cost the nil-payload path about 6% (callgrind, PERF.md). */
+static inline __attribute__((always_inline)) PyObject *ucd_decode_frames(
+        ucd_config *cfg, const char *data, Py_ssize_t size, ucd_frames *fr) {
     ucd_ctx c;
     c.cfg = cfg;
+    c.fr = fr;
     c.err = 0;
     c.err_pos = 0;
     mp_reader_init(&c.r, data, (size_t)size);
+    if (fr && __builtin_expect(ucd_is_coalesced(data, size), 0))
+        return ucd_raise_coalesced();
 #if PY_VERSION_HEX >= 0x030A0000
     /* The decoder builds a tree: it never makes a reference cycle, so a
      * garbage collection run in the middle of a decode cannot free anything
@@ -361,6 +458,10 @@ static PyObject *ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size) 
     if (o && c.r.pos != (size_t)size) {
         Py_DECREF(o);
         o = ucd_fail(&c, MP_ERR_TRAILING, c.r.pos);
+    }
+    if (o && fr && __builtin_expect(fr->used != (fr->n >= 32 ? UINT32_MAX : (UINT32_C(1) << fr->n) - 1), 0)) {
+        Py_DECREF(o);
+        o = ucd_fail(&c, UCD_ERR_OOB_UNUSED, (size_t)size);
     }
     if (!o) {
         /* A Python exception set along the way wins (MemoryError, an
@@ -392,6 +493,10 @@ static PyObject *ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size) 
  * ==================================================================== */
 
 static int (*ucd_pack_other)(PyObject *enc, PyObject *o, mp_writer *w, Py_ssize_t depth);
+
+/* bytes of this size or more are handed to ucd_pack_other (out-of-band
+ * candidates); lowered by the module to the smallest threshold set. */
+static Py_ssize_t ucd_oob_min = PY_SSIZE_T_MAX;
 
 static int ucd_werr(int rc) {
     if (rc == MP_ERR_NOMEM)
@@ -535,6 +640,9 @@ static int ucd_pack(PyObject *enc, Py_ssize_t max_depth, PyObject *o, mp_writer 
     if (o == Py_None) { UCD_W(mp_write_nil(w)); return 0; }
     if (t == &PyBool_Type) { UCD_W(mp_write_bool(w, o == Py_True)); return 0; }
     if (t == &PyBytes_Type) {
+        /* Large enough to go out of band in some publisher: let the module
+         * decide (ucd_oob_min is the smallest threshold in use). */
+        if (PyBytes_GET_SIZE(o) >= ucd_oob_min) return ucd_pack_other(enc, o, w, depth);
         UCD_W(mp_write_bin(w, PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o)));
         return 0;
     }

@@ -25,13 +25,16 @@ cdef struct _send_args:
     const Py_buffer *t
     const char *data
     size_t size
+    const uc_oob_frame *frames
+    size_t n_frames
 
 
 cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     cdef _send_args *a = <_send_args *>arg
     cdef int rc
     with nogil:
-        rc = uc_pub_send(a.c, a.t.buf, <size_t>a.t.len, a.data, a.size, slice_ms)
+        rc = uc_pub_send_frames(a.c, a.t.buf, <size_t>a.t.len, a.data, a.size,
+                                a.frames, a.n_frames, slice_ms)
     if rc == UC_ERR_AGAIN:
         return 0
     _check_rc(rc, "send")
@@ -84,10 +87,12 @@ cdef class Publisher:
     cdef uc_pub *_closing    # closed while sends were in flight: the last one closes
     cdef int _fork_generation
     cdef long _pid
+    cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
     cdef object __weakref__  # the bus keeps a weak reference
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         mp_writer_init(&self._w)
+        self._oob_threshold = PY_SSIZE_T_MAX
         _made_here(token, "upcall.Publisher", "Bus.publisher() returns one")
         self._c = NULL
         self._closing = NULL
@@ -125,22 +130,31 @@ cdef class Publisher:
         cdef const char *ep = uc_pub_last_endpoint(self._c)
         return ep.decode("utf-8", "replace") if ep != NULL and ep[0] else self.endpoint
 
-    def send(self, topic, obj, *, timeout=None):
-        """Encode ``obj`` as msgpack and send ``[topic, payload]``.
+    def send(self, topic, obj, *, timeout=None, copy=False):
+        """Encode ``obj`` as msgpack and send ``[topic, payload, *out-of-band frames]``.
 
         ``timeout``: None (or math.inf) blocks while the high-water mark is
         reached, 0 never blocks (BlockingIOError), a number of seconds blocks
         at most that long (TimeoutError); seconds, not the milliseconds of
         pyzmq's timeouts: ``timeout=1.0`` is one second.  A blocked send lets Ctrl-C in
         (KeyboardInterrupt); the message is then not sent at all.
+
+        Bytes-like values of ``oob_threshold`` bytes or more travel as frames
+        of their own (docs/wire.md), handed to libzmq without a copy: do not
+        change them until the returned :class:`Sent` is ``done`` (or
+        ``wait()`` for it); ``copy=True`` copies them instead, and they are
+        free when send returns.  Returns a :class:`Sent` when the message
+        holds such buffers, else None (as before: nothing to wait for).
         """
         cdef int ms = _timeout_ms(timeout, "timeout")
         cdef _TopicView t = _TopicView(topic)
         cdef mp_writer own
         self._check_open()
+        if uc_relq_ready(_relq):
+            _drain_releases()
         if self._encode is not None:
             self._send_payload(t, _encoded(self._encode, obj), ms)
-            return
+            return None
         if not self._writer_busy:
             # The shared buffer is claimed before packing: packing may run
             # Python code (a tzinfo's utcoffset), and any other thread may
@@ -149,19 +163,56 @@ cdef class Publisher:
             self._writer_busy = True
             try:
                 self._w.len = 0
-                self._encoder.pack_into(obj, &self._w)
-                self._send_raw(t, self._w.data, self._w.len, ms)
+                oob = self._encoder.pack_oob(obj, &self._w, self._oob_threshold)
+                if oob is None:
+                    self._send_raw(t, self._w.data, self._w.len, ms, NULL, 0)
+                    return None
+                return self._send_oob(t, self._w.data, self._w.len, <list>oob, ms, copy)
             finally:
                 self._writer_busy = False
-            return
         # Another send holds the shared buffer (packing, or sending without
         # the GIL): this one packs into its own.
         mp_writer_init(&own)
         try:
-            self._encoder.pack_into(obj, &own)
-            self._send_raw(t, own.data, own.len, ms)
+            oob = self._encoder.pack_oob(obj, &own, self._oob_threshold)
+            if oob is None:
+                self._send_raw(t, own.data, own.len, ms, NULL, 0)
+                return None
+            return self._send_oob(t, own.data, own.len, <list>oob, ms, copy)
         finally:
             mp_writer_free(&own)
+
+    cdef object _send_oob(self, _TopicView t, const char *data, size_t size, list oob, int ms,
+                          bint copy):
+        """Send the payload and the out-of-band values in oob (OobBuffer):
+        over their own memory (a release through _relq marks the Sent done
+        once libzmq is done with every frame), or copied (copy=True)."""
+        cdef uc_oob_frame frames[14]
+        cdef size_t i, n = len(oob)
+        cdef Sent sent = Sent.__new__(Sent)
+        cdef uc_release *r = NULL
+        cdef OobBuffer b
+        if not copy:
+            r = uc_release_new(_relq, <void *>sent)
+            if r == NULL:
+                raise MemoryError()
+            Py_INCREF(sent)            # the queue's reference, dropped by _drain_releases
+            sent._buffers = oob
+        for i in range(n):
+            b = <OobBuffer>oob[i]
+            frames[i].data = b.view.buf
+            frames[i].size = <size_t>b.view.len
+            frames[i].release = r
+        try:
+            self._send_raw(t, data, size, ms, frames, n)
+        finally:
+            # Whatever happened: the frames libzmq took hold their own
+            # references; the buffers are released once they are all back.
+            if r != NULL:
+                uc_release_put(r)
+        if copy:
+            return None        # libzmq has its own copies: nothing to wait for
+        return sent
 
     def send_async(self, topic, obj, *, timeout=None):
         """Encode ``obj`` now; return an awaitable that sends ``[topic, payload]``
@@ -213,11 +264,12 @@ cdef class Publisher:
         except TypeError:
             raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
         try:
-            return self._send_raw(t, <const char *>view.buf, <size_t>view.len, ms)
+            return self._send_raw(t, <const char *>view.buf, <size_t>view.len, ms, NULL, 0)
         finally:
             PyBuffer_Release(&view)
 
-    cdef int _send_raw(self, _TopicView t, const char *data, size_t size, int ms) except -1:
+    cdef int _send_raw(self, _TopicView t, const char *data, size_t size, int ms,
+                       const uc_oob_frame *frames, size_t n_frames) except -1:
         """Send one message; at the high-water mark wait in signal slices."""
         cdef int rc
         cdef uc_pub *c = self._c
@@ -228,12 +280,14 @@ cdef class Publisher:
         self._in_flight += 1
         try:
             with nogil:
-                rc = uc_pub_send(c, t.view.buf, <size_t>t.view.len, data, size, 0)
+                rc = uc_pub_send_frames(c, t.view.buf, <size_t>t.view.len, data, size,
+                                        frames, n_frames, 0)
             if rc == UC_ERR_AGAIN and ms != 0:
                 # Each slice sends the whole message or nothing (the mark is
                 # checked on the first frame only, and a message's frames go
                 # out under one lock), so an interrupted send sent nothing.
                 a.c, a.t, a.data, a.size = c, &t.view, data, size
+                a.frames, a.n_frames = frames, n_frames
                 if _in_signal_slices(self, _send_step, &a, ms):
                     rc = UC_OK
         finally:
@@ -303,6 +357,7 @@ cdef class Publisher:
         if c == NULL:
             return
         self._c = NULL
+        _drain_releases()
         if self._in_flight:
             # Other threads are sending on it right now: wake the blocked ones
             # (they raise), and the last one out frees it.

@@ -271,19 +271,23 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
 
 
 cdef inline object _decode(Decoder decoder, const uc_msg *m):
-    """The message's payload as a Python object; DecodeError for a message
-    that is not [topic, payload] (no byte is at fault: offset None)."""
-    if m.n_frames > 2:
+    """The message's payload as a Python object, its out-of-band references
+    resolved to the frames after it (_oob_value); DecodeError for a message
+    cut at UC_MAX_FRAMES (no byte is at fault: offset None)."""
+    if m.n_frames > 2 + m.n_extra:
         _raise_frames(m)
-    return decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
+    if m.n_extra == 0:          # the usual message: three arguments, as before frames
+        return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
+    return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra, m.n_extra,
+                              _oob_value, <void *>m)
 
 
 cdef int _raise_frames(const uc_msg *m) except -1:
     # Out of line: with the f-string inside it, _decode was too large for the
     # C compiler to inline and cost every message a call (callgrind: +17
     # instructions per message on the synthetic source).
-    raise DecodeError(f"message has {m.n_frames} frames; expected [topic, payload]",
-                      None, "frames")
+    raise DecodeError(f"message has {m.n_frames} frames; at most {UC_MAX_FRAMES} are kept "
+                      "([topic, payload, out-of-band frames])", None, "frames")
 
 
 cdef object _with_context(object exc, bytes topic):

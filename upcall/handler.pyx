@@ -12,7 +12,6 @@ cimport cython
 from cpython.object cimport PyTypeObject
 
 
-@cython.embedsignature(False)     # the signature below, in the form inspect reads
 cdef class Handler:
     """Handler(*args, **kwargs)
 --
@@ -46,7 +45,6 @@ Base class of extension-type targets.
 
 
 @cython.final
-@cython.embedsignature(False)
 cdef class Counter(Handler):
     """Counter(batches=False)
 --

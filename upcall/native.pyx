@@ -265,3 +265,10 @@ cdef class FieldFilter(NativeHandler):
     def __repr__(self):
         return (f"<upcall.native.FieldFilter {self.key!r} seen={self.seen} "
                 f"matched={self.matched} missing={self.missing} errors={self.errors}>")
+
+    def __reduce__(self):
+        # Not Cython's automatic pickling: it turns the conditions' C strings
+        # (NULL for a number) into bytes, a segfault, and a pointer into
+        # _key cannot be restored from a pickle anyway.
+        raise TypeError("cannot pickle an upcall.native.FieldFilter: make a new one "
+                        "with the same key and conditions")

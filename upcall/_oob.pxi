@@ -1,0 +1,171 @@
+# Out-of-band values (docs/wire.md, ext 126): large bytes-like values travel
+# as zmq frames of their own, without a copy on either side.
+#
+# Send: Publisher.send packs with Encoder.pack_oob, which collects the views
+# (OobBuffer) of the values at or above the publisher's threshold; the
+# frames go to libzmq over that memory (uc_pub_send_frames).  libzmq frees
+# them on its own threads, where Python must not be entered: the C core
+# queues the release (uc_relq), and _drain_releases, on a thread holding
+# the GIL, drops the views and marks the message's Sent handle done.  It
+# runs on every send, Sent.done / Sent.wait(), publisher close, and as a
+# pending call on the main thread scheduled by the queue's notify hook.
+#
+# Receive: the decoder resolves a reference into a read-only memoryview over
+# a _HeldFrame, which holds the zmq message itself (uc_sub_hold) until the
+# last view of it is gone; freeing it is safe on any thread at any time.
+
+cdef extern from "Python.h":
+    int Py_AddPendingCall(int (*func)(void *) noexcept, void *arg) nogil
+    int PyBuffer_FillInfo(Py_buffer *view, object exporter, void *buf, Py_ssize_t len,
+                          int readonly, int flags) except -1
+    object PyMemoryView_FromObject(object o)
+    const Py_ssize_t PY_SSIZE_T_MAX
+
+from upcall._codec cimport OobBuffer
+
+#: Values of this many bytes or more go out of band (PERF.md, "Large payloads").
+DEFAULT_OOB_THRESHOLD = 16 * 1024
+#: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
+MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
+
+# One queue for the process, never freed: a peer (an inproc subscriber
+# keeping a view) may hold a frame for as long as it likes.
+cdef uc_relq *_relq = uc_relq_new()
+if _relq == NULL:
+    raise MemoryError("upcall: cannot make the out-of-band release queue")
+cdef int _drain_scheduled = 0
+
+
+@cython.final
+cdef class Sent:
+    """What :meth:`Publisher.send` returns for a message whose out-of-band
+    values went without a copy: whether libzmq is done with them
+    (docs/wire.md).
+
+    Until ``done``, those buffers are still read by libzmq (or, on
+    ``inproc://``, viewed by a subscriber): they must not be changed.  A
+    message with no such value (small values only, or ``copy=True``) returns
+    None instead: it holds nothing once ``send`` returns.
+    """
+    cdef list _buffers     # the OobBuffer views, until released
+    cdef bint _done
+
+    @property
+    def done(self):
+        """True once every out-of-band buffer of the message is released."""
+        if not self._done:
+            _drain_releases()
+        return self._done
+
+    def wait(self, timeout=None):
+        """Wait until ``done`` (``timeout`` seconds, None: no limit); returns
+        ``done``.  Lets Ctrl-C in."""
+        cdef int ms = _timeout_ms(timeout, "timeout")
+        if self._done:
+            return True
+        _drain_releases()
+        if self._done:
+            return True
+        return _in_signal_slices(self, _release_step, NULL, ms) == 1
+
+    def __repr__(self):
+        return f"<upcall.Sent {'done' if self._done else 'in flight'}>"
+
+
+cdef int _release_step(object owner, int slice_ms, void *arg) except -1:
+    with nogil:
+        uc_relq_wait(_relq, slice_ms)
+    _drain_releases()
+    return (<Sent>owner)._done
+
+
+cdef int _drain_releases() except -1:
+    """Take the released tokens (each a Sent with the queue's reference):
+    drop their views, mark them done.  With the GIL."""
+    cdef void *tokens[64]
+    cdef size_t n, i
+    cdef Sent s
+    global _drain_scheduled
+    _drain_scheduled = 0
+    while True:
+        n = uc_relq_drain(_relq, tokens, 64)
+        for i in range(n):
+            s = <Sent>tokens[i]
+            s._buffers = None      # releases the exporters' buffers
+            s._done = True
+            Py_DECREF(s)           # the queue's reference
+        if n < 64:
+            return 0
+
+
+cdef int _pending_drain(void *arg) noexcept:
+    # A pending call: the main thread, with the GIL.
+    try:
+        _drain_releases()
+    except BaseException:
+        pass
+    return 0
+
+
+cdef void _relq_notify(void *ctx) noexcept nogil:
+    # On whatever thread released the last frame (a zmq I/O thread): no
+    # GIL, so ask the main thread to drain.  A failed request (the pending
+    # call queue is full) is not lost for good: the next send, wait or close
+    # drains.
+    global _drain_scheduled
+    if _python_gone() or _drain_scheduled:
+        return
+    _drain_scheduled = 1
+    if Py_AddPendingCall(_pending_drain, NULL) != 0:
+        _drain_scheduled = 0
+
+uc_relq_set_notify(_relq, _relq_notify, NULL)
+
+
+def oob_outstanding():
+    """Out-of-band buffers still held: ``(sent, received)``.
+
+    ``sent``: messages whose zero-copy frames libzmq has not released yet
+    (or whose release is not drained yet); ``received``: received frames
+    still alive in a memoryview.  For leak checks; drains first."""
+    _drain_releases()
+    return (uc_relq_outstanding(_relq), uc_held_outstanding())
+
+
+@cython.final
+cdef class _HeldFrame:
+    """A received zmq frame kept alive while any memoryview of it is."""
+    cdef uc_held *h
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        PyBuffer_FillInfo(buf, self, <void *>uc_held_data(self.h), <Py_ssize_t>uc_held_size(self.h),
+                          1, flags)
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass
+
+    def __dealloc__(self):
+        uc_held_free(self.h)     # any thread: only a reference count is touched
+
+
+cdef object _oob_value(void *ctx, size_t i):
+    """The decoder's value for the i-th frame after the payload of the
+    message ctx (a uc_msg being delivered): a read-only memoryview over the
+    zmq frame itself, or over a copy for a source without zmq frames."""
+    cdef const uc_msg *m = <const uc_msg *>ctx
+    cdef uc_held *h = NULL
+    cdef _HeldFrame f
+    cdef int rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
+    if rc == UC_OK:
+        f = _HeldFrame.__new__(_HeldFrame)
+        f.h = h
+        return PyMemoryView_FromObject(f)
+    if rc == UC_ERR_NOMEM:
+        raise MemoryError()
+    return PyMemoryView_FromObject(PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size))
+
+
+cdef Py_ssize_t _oob_threshold_arg(object value) except -2:
+    if value is None:
+        return PY_SSIZE_T_MAX
+    return int_arg(value, "oob_threshold", 1, 2 ** 63 - 1, "None: never")
