@@ -424,3 +424,30 @@ def test_raw_false_and_decoder_none_are_the_defaults(endpoints):
         bus.publisher(ep, kind="push", bind=False).send(b"t", {"a": [1]})
         got.wait(1)
     assert got.items == [{"a": [1]}]
+
+
+# ---- out-of-band frames -----------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(raw=True), dict(decoder=upcall.unpackb)])
+def test_out_of_band_frames_need_the_built_in_decoder(endpoints, kw):
+    # A large value travels as a frame after the payload, referenced from
+    # inside it (ext 126): only the built-in decoder resolves it.  With
+    # decoder=/raw=True such a message is a decode error; a publisher with
+    # oob_threshold=None sends it inside the payload instead.
+    big = {"blob": b"x" * (64 * 1024)}
+    errors = Errors()
+    got = Collector()
+    with upcall.Bus() as bus:
+        ep, sub, _ = open_pull(bus, endpoints, got, "native", on_error=errors, **kw)
+        bus.publisher(ep, kind="push", bind=False).send(b"big", big)
+        inline = bus.publisher(ep, kind="push", bind=False, oob_threshold=None)
+        inline.send(b"big", big)
+        got.wait(1)
+        st = settle(sub, "native", 2)
+    assert st["decode_errors"] == 1 and st["delivered"] == 1
+    [(exc, payload)] = errors.items
+    assert isinstance(exc, upcall.DecodeError)
+    assert exc.reason == "oob_decoder" and exc.topic == b"big"
+    assert "oob_threshold=None" in str(exc)
+    [msg] = got.items
+    assert (upcall.unpackb(msg) if kw.get("raw") else msg) == big

@@ -1,12 +1,19 @@
 # Payload decoders: what subscribe(decoder=..., raw=...) puts in place of the
 # built-in msgpack decoder.
 #
-# The trampolines turn every payload into the message with one call,
-# `sub._decoder.decode_view(data, size)` (_trampoline.pxi, _decode), which
-# goes through Decoder's vtable.  decoder= and raw=True are served by Decoder
-# subclasses that override decode_view: the choice is made once, at
-# subscribe() time, and the default path keeps exactly the code it had (no
-# branch per message, nor per batch).
+# The trampolines turn every payload into the message with one call through
+# Decoder's vtable (_trampoline.pxi, _decode): `decode_wire(data, size)` for
+# [topic, payload], `decode_msg(...)` for a payload followed by out-of-band
+# frames (docs/wire.md).  decoder= and raw=True are served by Decoder
+# subclasses that override both: the choice is made once, at subscribe()
+# time, and the default path keeps exactly the code it had (no branch per
+# message, nor per batch).
+#
+# Out-of-band frames are upcall's own references (ext 126) inside its
+# msgpack: a foreign decoder cannot resolve them, and raw bytes would hand
+# over a payload whose large values are missing.  A message carrying them is
+# a decode error (reason "oob_decoder"), counted and reported like any other;
+# publishers meant for such subscribers send with oob_threshold=None.
 #
 # A payload is handed on as `bytes`, copied out of its zmq frame: the frame
 # is only valid during the delivery call, and a decoder or a target may keep
@@ -20,6 +27,13 @@ cdef class _RawPayload(Decoder):
 
     cdef object decode_view(self, const char *data, Py_ssize_t size):
         return PyBytes_FromStringAndSize(data, size)
+
+    cdef object decode_wire(self, const char *data, Py_ssize_t size):
+        return PyBytes_FromStringAndSize(data, size)
+
+    cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
+                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+        raise _oob_refused(n_extra, "raw=True")
 
 
 @cython.final
@@ -40,6 +54,23 @@ cdef class _CallDecoder(Decoder):
             return self.fn(PyBytes_FromStringAndSize(data, size))
         except Exception as exc:
             raise _decoder_failed(self.fn, exc) from exc
+
+    cdef object decode_wire(self, const char *data, Py_ssize_t size):
+        try:
+            return self.fn(PyBytes_FromStringAndSize(data, size))
+        except Exception as exc:
+            raise _decoder_failed(self.fn, exc) from exc
+
+    cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
+                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+        raise _oob_refused(n_extra, "decoder=")
+
+
+cdef object _oob_refused(size_t n_extra, str what):
+    return DecodeError(
+        f"message carries {n_extra} out-of-band frame(s) (large values sent apart, "
+        f"docs/wire.md), which {what} cannot take: only upcall's built-in decoder resolves "
+        "them; publish to this subscriber with oob_threshold=None", None, "oob_decoder")
 
 
 cdef object _decoder_failed(object fn, object exc):
