@@ -13,6 +13,32 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       ``msgspec.msgpack.Decoder().decode`` and calls the target
 * ``pyzmq+msgpack``   the same loop decoding with ``msgpack.unpackb``
 
+* ``c-floor``         the physical floor: a plain C libzmq PULL loop
+                      (bench/floor_pull.c, compiled on first use with the C
+                      compiler and libzmq found by pkg-config) receiving the
+                      same flood in its own process: no decoding, no call;
+                      ipc and tcp only (inproc needs this process's context)
+
+Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asyncio:
+
+* ``typed``           upcall, native thread, ``decoder=msgspec.msgpack.Decoder(Small).decode``
+* ``typed-raw``       upcall, native thread, ``raw=True`` and the same decoder
+                      called by the target (what a user without ``decoder=`` writes)
+* ``pyzmq+typed``     the careful pyzmq loop above with the same ``Small`` decoder
+* ``asyncio``         ``async for msg in bus.subscribe_async(...)`` on an asyncio
+                      event loop (this process's main thread), decoding with
+                      ``decoder=msgspec.msgpack.Decoder().decode``
+* ``zmq.asyncio``     a careful ``zmq.asyncio`` loop on the same kind of event
+                      loop: ``await sock.poll()``, then drain up to a batch with
+                      non-blocking ``recv`` calls on the socket's synchronous
+                      shadow, decoding with the same msgspec decoder
+* ``zmq.asyncio-await`` the plain zmq.asyncio loop: ``await sock.recv_multipart()``
+                      per message, the same decoder
+
+Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
+``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
+table.  No round trips are measured for the asyncio rows and the C floor.
+
 it measures:
 
 Throughput (PUSH/PULL, nothing may be lost)
@@ -50,12 +76,15 @@ same transport and the same run.
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import itertools
+import json
 import math
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -67,10 +96,19 @@ from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_u
 from bench.workload import TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
-UPCALL_MODES = ["native", "python_threads", "caller"]
-PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack"]
-MODES = UPCALL_MODES + PYZMQ_MODES
+UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
+PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
+               "zmq.asyncio-await"]
+FLOOR = "c-floor"
+MODES = [FLOOR] + UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
+#: Rows consumed by a coroutine on an event loop.
+ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
+#: Rows without round trips.
+NO_RTT_MODES = ASYNC_MODES | {FLOOR}
+#: (row, the row it is compared with): same decoder, same run.
+PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
+         ("asyncio", "zmq.asyncio-await")]
 
 DEFAULT_N = 200_000
 DEFAULT_RTT = 20_000
@@ -99,6 +137,11 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
                    help="library of the peer process (default: pyzmq if installed)")
     g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+    g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
+                   help="longest wait for an idle machine before each run (default 30; quick 0.5)")
+    g.add_argument("--bus-retries", type=int, default=None, metavar="N",
+                   help="redo a run disturbed by other processes up to N times (default 3; "
+                        "quick 0)")
     g.add_argument("--bus-pin-latency", type=int, default=None, metavar="CPU",
                    help="run the round trips with both processes pinned to this CPU "
                         "(removes the cost of waking an idle vCPU; see PERF.md)")
@@ -118,11 +161,34 @@ def _upcall_bus():
         return None
 
 
+_SMALL_STRUCT = None
+
+
+def small_struct():
+    """The workload's map (bench.workload.SMALL_MESSAGE) as a msgspec Struct."""
+    global _SMALL_STRUCT
+    if _SMALL_STRUCT is None:
+        import msgspec
+
+        class Small(msgspec.Struct):
+            id: int
+            sym: str
+            px: float
+            sizes: list[int]
+            venue: str
+        _SMALL_STRUCT = Small
+    return _SMALL_STRUCT
+
+
 def _decoder(mode: str) -> Callable[[bytes], Any] | None:
+    """The payload decoder a row uses (None: upcall's built-in one, or missing)."""
     try:
-        if mode == "pyzmq+msgspec":
+        if mode in ("pyzmq+msgspec", "asyncio", "zmq.asyncio", "zmq.asyncio-await"):
             import msgspec
             return msgspec.msgpack.Decoder().decode
+        if mode in ("pyzmq+typed", "typed", "typed-raw"):
+            import msgspec
+            return msgspec.msgpack.Decoder(small_struct()).decode
         if mode == "pyzmq+msgpack":
             import msgpack
             return msgpack.unpackb
@@ -131,12 +197,50 @@ def _decoder(mode: str) -> Callable[[bytes], Any] | None:
     return None
 
 
+#: Rows whose decoder is msgspec's.
+_MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio", "zmq.asyncio",
+                  "zmq.asyncio-await"}
+
+
+_FLOOR_BINARY: list = []      # [path or None, why not], once compiled
+
+
+def floor_binary() -> tuple[str | None, str]:
+    """(path of the compiled bench/floor_pull.c or None, why not)."""
+    if not _FLOOR_BINARY:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_pull.c")
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        try:
+            flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
+                                   capture_output=True, text=True, check=True).stdout.split()
+        except (OSError, subprocess.CalledProcessError):
+            flags = None
+        if cc is None or flags is None:
+            _FLOOR_BINARY[:] = [None, "no C compiler" if cc is None else "pkg-config has no libzmq"]
+        else:
+            d = tempfile.mkdtemp(prefix="upcall-floor-")
+            atexit.register(shutil.rmtree, d, True)
+            out = os.path.join(d, "floor_pull")
+            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, src, *flags],
+                               capture_output=True, text=True)
+            _FLOOR_BINARY[:] = ([out, ""] if r.returncode == 0
+                                else [None, f"floor_pull.c did not compile: {r.stderr.strip()}"])
+    return _FLOOR_BINARY[0], _FLOOR_BINARY[1]
+
+
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     """(modes that can run here, notes on the ones that cannot)."""
     ok, notes = [], []
     ub = _upcall_bus()
     zmq_ok = have_pyzmq()
     for m in wanted:
+        if m == FLOOR:
+            path, why = floor_binary()
+            if path is None:
+                notes.append(f"{m}: {why}")
+            else:
+                ok.append(m)
+            continue
         if m in UPCALL_MODES:
             if ub is None:
                 notes.append(f"{m}: upcall._bus not built")
@@ -145,11 +249,11 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
             if not zmq_ok:
                 notes.append(f"{m}: pyzmq not installed")
                 continue
-            if _decoder(m) is None:
-                notes.append(f"{m}: {m.split('+')[1]} not installed")
-                continue
         else:
             raise ValueError(f"unknown bus mode {m!r}")
+        if (m in _MSGSPEC_MODES or m in PYZMQ_MODES) and _decoder(m) is None:
+            notes.append(f"{m}: {'msgspec' if m in _MSGSPEC_MODES else 'msgpack'} not installed")
+            continue
         ok.append(m)
     return ok, notes
 
@@ -283,7 +387,102 @@ def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch:
         kw["delivery"] = "caller"
     elif mode == "python_threads":
         kw["thread_factory"] = ub.python_threads
+    elif mode == "typed":
+        kw["decoder"] = _decoder(mode)
+    elif mode == "typed-raw":
+        kw["raw"] = True
+        decode, inner = _decoder(mode), target
+
+        def target(payload):                # what a user without decoder= writes
+            inner(decode(payload))
     return bus.subscribe(endpoint, target, **kw)
+
+
+# ---- the asyncio rows ----------------------------------------------------------------
+
+async def _consume_upcall(bus, endpoint: str, n: int, target: Callable, batch: int | None):
+    """n messages of ``bus.subscribe_async`` to target; returns its stats."""
+    kw: dict[str, Any] = {"kind": "pull", "bind": True, "decoder": _decoder("asyncio")}
+    if batch is not None:
+        kw["batch"] = batch
+    sub = bus.subscribe_async(endpoint, **kw)
+    try:
+        i = 0
+        async for msg in sub:
+            target(msg)
+            i += 1
+            if i == n:
+                break
+        return dict(sub.stats)
+    finally:
+        await sub.aclose()
+
+
+async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
+                               batch: int | None, plain: bool = False):
+    """A careful zmq.asyncio consumer: wait for readability on the event loop,
+    then drain what is queued (up to a batch, as upcall's loop does) with
+    non-blocking receives on the socket's synchronous shadow: no future per
+    message.  ``plain``: ``await sock.recv_multipart()`` for each message."""
+    import zmq
+    import zmq.asyncio
+    actx = zmq.asyncio.Context.shadow(ctx.underlying)
+    sock = actx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    recv = zmq.Socket.shadow(sock.underlying).recv
+    decode = _decoder("zmq.asyncio")
+    nb, again, pollin = zmq.NOBLOCK, zmq.Again, zmq.POLLIN
+    most = batch or 1024
+    try:
+        if plain:
+            recv_multipart = sock.recv_multipart
+            for _ in range(n):
+                target(decode((await recv_multipart())[1]))
+            return {}
+        i = 0
+        while i < n:
+            await sock.poll(100, pollin)
+            for _ in range(most):
+                try:
+                    recv(nb)                    # topic
+                except again:
+                    break
+                target(decode(recv(nb)))        # payload: a multipart message arrives whole
+                i += 1
+                if i == n:
+                    break
+        return {}
+    finally:
+        sock.close()
+
+
+def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | None):
+    """Consume the flood with a coroutine on a fresh event loop (this thread);
+    (complete, stats).  Gives up after STALL_SECONDS without progress."""
+    import asyncio
+
+    async def main():
+        if mode == "asyncio":
+            job = asyncio.ensure_future(_consume_upcall(ctx, endpoint, c.n, c.target, batch))
+        else:
+            job = asyncio.ensure_future(_consume_zmq_asyncio(ctx, endpoint, c.n, c.target, batch,
+                                                             plain=mode == "zmq.asyncio-await"))
+        last, last_t = -1, time.monotonic()
+        while not job.done():
+            await asyncio.wait([job], timeout=0.2)
+            now, got = time.monotonic(), c.delivered()
+            if got != last:
+                last, last_t = got, now
+            elif now - last_t > STALL_SECONDS:
+                job.cancel()
+                try:
+                    await job
+                except asyncio.CancelledError:
+                    pass
+                return False, {}
+        return c.done.is_set(), job.result()
+    return asyncio.run(main())
 
 
 def _caller_poll(sub) -> Callable[[float], Any]:
@@ -307,6 +506,8 @@ class FloodRun:
         self.endpoint = ""
 
     def _new_ctx(self):
+        if self.mode == FLOOR:
+            return None             # the C program has its own context
         if self.mode in UPCALL_MODES:
             return self.b.ub.Bus()
         import zmq
@@ -346,11 +547,35 @@ class FloodRun:
             self.b.peer_flooding = True
         gc.collect()
 
+    def _run_floor(self) -> dict:
+        """The C floor: bench/floor_pull.c drains the flood in its own process."""
+        n = self.b.n
+        t0 = time.perf_counter()
+        r = subprocess.run([floor_binary()[0], self.endpoint, str(n)], capture_output=True,
+                           text=True, timeout=STALL_SECONDS + 600)
+        if r.returncode != 0:
+            raise RuntimeError(f"floor_pull failed: {r.stderr.strip()}")
+        out = json.loads(r.stdout)
+        delivered = out["delivered"]
+        res = {"delivered": delivered, "lost": n - delivered, "complete": delivered == n,
+               "wall": time.perf_counter() - t0, "stats": {}}
+        if delivered == n and out["seconds"] > 0:
+            res.update(seconds=out["seconds"], rate=(n - 1) / out["seconds"],
+                       cpu_us_per_msg=out["cpu"] / (n - 1) * 1e6)
+        else:
+            res.update(seconds=math.nan, rate=math.nan, cpu_us_per_msg=math.nan)
+        self.b.close_peer_flood()
+        return res
+
     def run(self) -> dict:
+        if self.mode == FLOOR:
+            return self._run_floor()
         n = self.b.n
         c = Counting(n)
         t0 = time.perf_counter()
-        if self.mode in UPCALL_MODES:
+        if self.mode in ASYNC_MODES:
+            ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch)
+        elif self.mode in UPCALL_MODES:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
                                    self.b.batch)
             try:
@@ -392,6 +617,8 @@ class PingRun:
         gc.collect()
 
     def run(self) -> dict:
+        if self.mode in NO_RTT_MODES:
+            return {}               # round trips are not measured for these rows
         if self.b.pin is None:
             return self._run()
         pids = [self.b.peer.pid] if self.b.peer is not None else []
@@ -497,6 +724,12 @@ class BusBench:
         # Quick mode checks that everything runs: no waiting for a quiet machine.
         self.stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
                           else dict(retries=3, idle_timeout=30.0))
+        # A shared machine is never idle for long: the runs may be told to
+        # wait less (each one still reports whether it was disturbed).
+        if getattr(opts, "bus_idle_timeout", None) is not None:
+            self.stable_kw["idle_timeout"] = opts.bus_idle_timeout
+        if getattr(opts, "bus_retries", None) is not None:
+            self.stable_kw["retries"] = opts.bus_retries
 
     def close_peer_flood(self):
         if self.peer_flooding and self.peer is not None:
@@ -507,11 +740,16 @@ class BusBench:
         pids = [self.peer.pid] if self.peer is not None else []
         return measure.run_stable(job.run, prepare=job.prepare, pids=pids, **self.stable_kw)
 
+    def modes_for(self, transport: str) -> list[str]:
+        """The rows of one transport: the C floor needs a peer process."""
+        return [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+
     def run_transport(self, transport: str) -> list[dict]:
-        flood: dict[str, list] = {m: [] for m in self.modes}
-        ping: dict[str, list] = {m: [] for m in self.modes}
-        disturbed: dict[str, int] = {m: 0 for m in self.modes}
-        order = list(measure.interleave(self.modes, self.repeats))
+        modes = self.modes_for(transport)
+        flood: dict[str, list] = {m: [] for m in modes}
+        ping: dict[str, list] = {m: [] for m in modes}
+        disturbed: dict[str, int] = {m: 0 for m in modes}
+        order = list(measure.interleave(modes, self.repeats))
         runs = len(order) * (2 if self.latency else 1)
         with progress.Progress(f"bus {transport}", runs) as shown:
             for rep in range(self.repeats):
@@ -532,7 +770,7 @@ class BusBench:
 
     def _records(self, transport, flood, ping, disturbed) -> list[dict]:
         recs = []
-        for mode in self.modes:
+        for mode in flood:
             rate = measure.summarize(r["rate"] for r in flood[mode])
             cpu = measure.summarize(r["cpu_us_per_msg"] for r in flood[mode])
             secs = measure.summarize(r["seconds"] for r in flood[mode])
@@ -588,6 +826,13 @@ class BusBench:
                  + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
                  + f" (peer: {self._peer_label(transport)})")
         report.print_table(recs, cols, title=title, note=note)
+        by_mode = {r["mode"]: r for r in recs}
+        for a, b in PAIRS:
+            if a in by_mode and b in by_mode:
+                ra, rb = by_mode[a], by_mode[b]
+                print(f"   {a} / {b}: rate {report.fmt_ratio(report.ratio(ra['rate'], rb['rate']))}"
+                      f", CPU per message "
+                      f"{report.fmt_ratio(report.ratio(ra['cpu_us_per_msg'], rb['cpu_us_per_msg']))}")
 
     def _peer_label(self, transport):
         if transport == "inproc":

@@ -5,7 +5,12 @@ machine): run this twice with different N under callgrind and divide the
 difference by the difference in N, so start-up and teardown cancel out.
 
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
-        python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter} N
+        python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter|typed|typed-raw} N
+        python bench/hotpath.py zmq-map asyncio N
+
+typed: decoder=msgspec.msgpack.Decoder(Small).decode (the map as a Struct)
+and a no-op target; typed-raw: raw=True and a target calling that decoder;
+asyncio: ``async for`` over subscribe_async, built-in decoder, no-op body.
 
 PYTHONHASHSEED=0: str hashes decide how many probes a dict insert takes, so a
 random seed moves the count of the map cases by about 1%.  The zmq case also
@@ -26,16 +31,67 @@ def _noop(msg):
     pass
 
 
+def _target(kind):
+    """(target, subscribe() keywords) for a target kind."""
+    if kind == "counter":
+        return Counter(), {}
+    if kind in ("typed", "typed-raw"):
+        import msgspec
+
+        class Small(msgspec.Struct):
+            id: int
+            sym: str
+            px: float
+            sizes: list[int]
+            venue: str
+        decode = msgspec.msgpack.Decoder(Small).decode
+        if kind == "typed":
+            return _noop, {"decoder": decode}
+
+        def raw_target(payload):
+            decode(payload)
+        return raw_target, {"raw": True}
+    return _noop, {}
+
+
+def _consume_async(bus, n, kw):
+    """zmq-map with the asyncio kind: the same flood, taken with
+    ``async for`` over ``bus.subscribe_async`` on an event loop."""
+    import asyncio
+
+    async def consume():
+        sub = bus.subscribe_async("inproc://hotpath", kind="pull", bind=True, batch=1024,
+                                  rcvhwm=0, **kw)
+        pub = bus.publisher("inproc://hotpath", kind="push", bind=False, sndhwm=0)
+        payload = small_payload()
+        for _ in range(n):
+            pub.send_packed(b"t", payload)
+        i = 0
+        async for msg in sub:
+            _noop(msg)
+            i += 1
+            if i == n:
+                break
+        assert sub.stats["delivered"] == n, sub.stats
+        await sub.aclose()
+    asyncio.run(consume())
+
+
 def main(case, kind, n):
-    target = Counter() if kind == "counter" else _noop
+    if kind == "asyncio":
+        if case != "zmq-map":
+            raise SystemExit("the asyncio kind needs the zmq-map case (a real socket)")
+        with upcall.Bus() as bus:
+            return _consume_async(bus, n, {})
+    target, kw = _target(kind)
     with upcall.Bus() as bus:
         if case.startswith("synth"):
             payload = small_payload() if case == "synth-map" else NIL
-            sub = _synthetic_subscribe(bus, target, count=n, payload=payload, batch=1024)
+            sub = _synthetic_subscribe(bus, target, count=n, payload=payload, batch=1024, **kw)
             assert sub.wait(timeout=600)
         else:
             sub = bus.subscribe("inproc://hotpath", target, kind="pull", bind=True,
-                                batch=1024, rcvhwm=0)
+                                batch=1024, rcvhwm=0, **kw)
             pub = bus.publisher("inproc://hotpath", kind="push", bind=False, sndhwm=0)
             payload = small_payload()
             for _ in range(n):

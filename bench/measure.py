@@ -142,8 +142,9 @@ def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
             return False, busy
 
 
-def _pid_jiffies(pid: int) -> int | None:
-    """utime + stime of a process, all its threads, in jiffies."""
+def _pid_jiffies(pid: int, reaped_children: bool = False) -> int | None:
+    """utime + stime of a process, all its threads, in jiffies; with
+    ``reaped_children``, plus those of its children it has waited for."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -151,7 +152,8 @@ def _pid_jiffies(pid: int) -> int | None:
         return None
     # The command name (field 2) may contain spaces: split after its ')'.
     rest = data[data.rindex(b")") + 2:].split()
-    return int(rest[11]) + int(rest[12])     # fields 14 and 15
+    own = int(rest[11]) + int(rest[12])      # fields 14 and 15
+    return own + int(rest[13]) + int(rest[14]) if reaped_children else own   # 16, 17
 
 
 class LoadMonitor:
@@ -160,7 +162,9 @@ class LoadMonitor:
     ``mon = LoadMonitor(pids=[peer.pid]); mon.start(); ...; mon.stop()``
     then ``mon.foreign`` is the CPU seconds used by other processes over the
     span and ``mon.foreign_fraction`` that as a fraction of one CPU over the
-    span.  This process is always counted as taking part.  Resolution is one
+    span.  This process is always counted as taking part, and so are the
+    children it ran and waited for during the span (a C floor program run
+    by a benchmark row).  Resolution is one
     jiffy (usually 10 ms), so short spans get a tolerance of a few jiffies.
     """
 
@@ -174,7 +178,8 @@ class LoadMonitor:
         self._t0 = 0.0
 
     def start(self) -> "LoadMonitor":
-        self._own = {p: _pid_jiffies(p) for p in self.pids}
+        me = os.getpid()
+        self._own = {p: _pid_jiffies(p, p == me) for p in self.pids}
         self._a = cpu_jiffies()
         self._t0 = time.perf_counter()
         return self
@@ -183,8 +188,9 @@ class LoadMonitor:
         b = cpu_jiffies()
         self.wall = time.perf_counter() - self._t0
         own = 0
+        me = os.getpid()
         for p, before in self._own.items():
-            after = _pid_jiffies(p)
+            after = _pid_jiffies(p, p == me)
             if before is not None and after is not None:
                 own += after - before
         if self._a is None or b is None:

@@ -38,6 +38,14 @@ EXPECTED = {
         "encoder=: {'order_id': '00000000-0000-0000-0000-00000000002a', 'px': 187.25, 'qty': 40}"
         if _has("msgspec") else "encoder=: msgspec is not installed, skipped",
     ],
+    "typed_messages.py": [
+        "typed: trades.AAPL Trade(sym='AAPL', px=187.25, qty=100)",
+        "typed: trades.MSFT Trade(sym='MSFT', px=411.5, qty=20)",
+        "typed: trades.NVDA Trade(sym='NVDA', px=122.0, qty=7)",
+        "decode error: topic b'trades.BAD', ValidationError: Expected `float`, got `str`",
+        "stats: delivered 3, decode_errors 1, callback_errors 0",
+        "raw=True: b'\\x81\\xa1k\\x92\\x01\\x02' == packb: True",
+    ] if _has("msgspec") else ["decoder=: msgspec is not installed, skipped"],
 }
 
 EXAMPLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(EXAMPLES_DIR, "*.py")))

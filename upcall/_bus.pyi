@@ -3,7 +3,7 @@ from types import TracebackType
 from array import array
 from typing import Any, Callable, Coroutine, Iterable, Literal, Mapping, Protocol, Union, final
 
-from upcall._codec import UpcallError
+from upcall._codec import Decoder, UpcallError
 from upcall.aio import AsyncSubscription
 from upcall.handler import Handler
 from upcall.native import NativeHandler
@@ -14,6 +14,9 @@ Endpoints = Endpoint | list[Endpoint] | tuple[Endpoint, ...]
 # A callable, an upcall.Handler (on_message through the vtable), or a native
 # handler that runs without the GIL and upcalls only what it selects.
 Target = Union[Callable[..., Any], Handler, NativeHandler]
+# subscribe(decoder=...): each payload (bytes) -> the message, such as
+# msgspec.msgpack.Decoder(Type).decode; or an upcall.Decoder, used as it is.
+PayloadDecoder = Union[Callable[[bytes], Any], Decoder]
 
 # A topic a publisher sends: bytes-like, or str (sent as UTF-8).
 Topic = bytes | bytearray | memoryview | str
@@ -162,6 +165,8 @@ class Bus:
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
         socket_options: Mapping[str, int] | None = None,
+        decoder: PayloadDecoder | None = None,
+        raw: bool = False,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -180,6 +185,8 @@ class Bus:
         curve_serverkey: CurveKey | None = None,
         curve_client: CurveKeyPair | None = None,
         socket_options: Mapping[str, int] | None = None,
+        decoder: PayloadDecoder | None = None,
+        raw: bool = False,
         queue_size: int | None = None,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
@@ -228,7 +235,7 @@ def _synthetic_subscribe(
     **subscribe_kwargs: Any,
 ) -> Subscription:
     """A subscription fed by a synthetic source (no zmq); subscribe_kwargs:
-    batch, delivery, thread_factory, with_topic, on_error."""
+    batch, delivery, thread_factory, with_topic, on_error, decoder, raw."""
 
 def _synthetic_info(sub: Subscription) -> dict[str, int | float | array[Any] | None] | None:
     """A synthetic source's figures (produced, dropped, max_backlog, start_ns,

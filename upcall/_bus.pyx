@@ -12,6 +12,7 @@ One extension module built from one .pxi per concept, included in this order:
   _curve.pxi        CURVE security: key pairs and the per-socket roles
   _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
+  _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
 and, here, C return codes -> exceptions, the registry that closes every bus
 before interpreter exit, what a forked child does with the objects it
@@ -162,6 +163,7 @@ include "_publisher.pxi"
 include "_curve.pxi"
 include "_sockopts.pxi"
 include "_targets.pxi"
+include "_decoders.pxi"
 include "_synthetic.pxi"
 
 
@@ -476,7 +478,7 @@ A zmq context and every subscription and publisher opened on it.
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  socket_options=None):
+                  socket_options=None, decoder=None, raw=False):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``endpoint``: one endpoint, or a list/tuple of them: one socket bound
@@ -503,18 +505,27 @@ A zmq context and every subscription and publisher opened on it.
         ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).
+        ``decoder``: a callable taking each payload as ``bytes`` and returning
+        the message, in place of the built-in msgpack decoder (e.g.
+        ``msgspec.msgpack.Decoder(Trade).decode``); its exceptions are decode
+        errors (counted in ``decode_errors``, an ``upcall.DecodeError`` naming
+        the topic, the original as ``__cause__``, for ``on_error``).  An
+        ``upcall.Decoder`` is used as it is.  ``raw=True``: the message is the
+        payload's ``bytes``, undecoded.  With a native handler they decide
+        what its ``target`` gets; ``select()`` always sees the raw views.
         """
         _check_self(self, "subscribe")
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            socket_options, GIL_ADOPT, None)
+            socket_options, decoder, raw, GIL_ADOPT, None)
 
     @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
-                        curve_client=None, socket_options=None, queue_size=None):
+                        curve_client=None, socket_options=None, decoder=None, raw=False,
+                        queue_size=None):
         """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
 
         Call it from a coroutine: messages are delivered to the running event
@@ -535,7 +546,7 @@ A zmq context and every subscription and publisher opened on it.
             with_topic=with_topic, on_error=on_error, rcvhwm=rcvhwm,
             max_message_size=max_message_size, curve_server=curve_server,
             curve_serverkey=curve_serverkey, curve_client=curve_client,
-            socket_options=socket_options))
+            socket_options=socket_options, decoder=decoder, raw=raw))
         self._async_subs.add(asub)
         return asub
 
@@ -543,8 +554,8 @@ A zmq context and every subscription and publisher opened on it.
             self, object endpoint, object target, object topics, object kind, object bind,
             object batch, object delivery, object thread_factory, object with_topic,
             object on_error, object rcvhwm, object max_message_size, object curve_server,
-            object curve_serverkey, object curve_client, object socket_options, int gil_mode,
-            _Source source):
+            object curve_serverkey, object curve_client, object socket_options, object decoder,
+            object raw, int gil_mode, _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
         socket on ``endpoint``; else ``source.open`` makes the loop)."""
@@ -559,6 +570,7 @@ A zmq context and every subscription and publisher opened on it.
         ep_list = _endpoint_list(endpoint) if source is None else [endpoint]
         ep_bytes = [(<str>e).encode("utf-8") for e in ep_list] if source is None else []
         target_kind = _target_kind(target)
+        payload_decoder = _payload_decoder(decoder, raw)
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
         if kind not in ("sub", "pull"):
@@ -596,7 +608,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._source = source
         sub._target = target
         sub._on_error = on_error
-        sub._decoder = Decoder()
+        sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
@@ -836,7 +848,7 @@ cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, 
         endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
         kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
         kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        kw["socket_options"], gil_mode, source)
+        kw["socket_options"], kw["decoder"], kw["raw"], gil_mode, source)
 
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):

@@ -112,7 +112,9 @@ class DecodeError(UpcallError, ValueError):
     ``offset`` is the byte offset of the offending item (for trailing bytes,
     where they start); ``reason`` a short stable name: truncated, reserved,
     length, depth, timestamp, trailing, utf8, unhashable_key, max_len,
-    timestamp_range, frames; ``topic`` the topic of the message that did not
+    timestamp_range, frames, decoder (an exception from a subscription's
+    ``decoder=``, kept as ``__cause__``), oob_decoder (out-of-band frames
+    for a ``decoder=`` or ``raw=True`` subscription), the oob_* ones; ``topic`` the topic of the message that did not
     decode (None from unpackb() and Decoder.decode()).
     """
     __module__ = "upcall"
