@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness for the subscription path: zmq frames -> C core ->
 trampoline -> decoder -> target / on_error.
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness for the decode-to-Python path: msgpack bytes -> objects.
 
 Run through fuzz/run.sh (or `make fuzz`), which builds the extension modules

@@ -37,6 +37,8 @@ for h in $harnesses; do
     if [ -n "$merge" ]; then
         # libFuzzer's merge keeps the inputs of the second directory that add
         # coverage to the first: the committed corpus grows by what matters.
+        # It runs the harness again as a program of its own (argv[0]): the
+        # harnesses are executable, and `python3` on PATH is the venv's.
         args="-merge=1 $root/fuzz/corpus/$name $root/build/corpus/$name"
         echo "== merging build/corpus/$name into fuzz/corpus/$name"
     else
@@ -51,7 +53,7 @@ for h in $harnesses; do
     ( cd build && \
       ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1" \
       UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tools/ubsan.supp" \
-      PYTHONMALLOC=malloc PYTHONPATH="$root/$out" \
+      PYTHONMALLOC=malloc PYTHONPATH="$root/$out" PATH="$root/.venv/bin:$PATH" \
       LD_PRELOAD="$atheris_dir/asan_with_fuzzer.so" \
       "$py" "$root/$h" -max_len=4096 -timeout=30 -rss_limit_mb=4096 \
         -print_final_stats=1 -artifact_prefix="$root/build/fuzz-artifacts/$name/" $args ) \
