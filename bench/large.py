@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+import psutil
+
 from bench.measure import interleave, summarize, wait_for_idle
 
 IMPLS = ["upcall", "upcall inline", "pyzmq copy=False", "pyzmq+msgpack"]
@@ -66,8 +68,7 @@ def _count(size: int, quick: bool) -> int:
 
 
 def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return psutil.Process().memory_info().rss
 
 
 def _peak_rss() -> int:

@@ -8,18 +8,18 @@ way:
 * compare only within one run, as ratios;
 * interleave the variants (A B C A B C ...) so a slow spell hits all of them
   (:func:`interleave`);
-* before each timed run wait until the machine is idle (:func:`wait_for_idle`,
-  from ``/proc/stat``), watch the run for CPU used by anything but the
-  processes taking part (:class:`LoadMonitor`) and redo a disturbed run
-  (:func:`run_stable`);
+* before each timed run wait until the machine is idle (:func:`wait_for_idle`),
+  watch the run for CPU used by anything but the processes taking part
+  (:class:`LoadMonitor`) and redo a disturbed run (:func:`run_stable`);
 * report the median of the repeats with their min-max (:class:`Summary`).
 
 CPU cost is process CPU time (user + system, all threads, from
 ``resource.getrusage``), see :func:`process_cpu`; a section that wants CPU per
 operation divides it by the operations done in the same span.
 
-Everything degrades gracefully where ``/proc`` is missing (not Linux): the
-idle check then passes at once and no run counts as disturbed.
+Machine and process CPU counters come from psutil (``/proc/stat`` and
+``/proc/<pid>/stat`` on Linux); a process that has gone away or cannot be read
+counts as using no CPU.
 """
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import psutil
+
 __all__ = [
     "process_cpu", "thread_cpu", "CpuSpan",
-    "cpu_jiffies", "busy_fraction", "wait_for_idle",
+    "cpu_busy", "busy_fraction", "wait_for_idle",
     "LoadMonitor", "RunInfo", "run_stable",
     "interleave", "percentile", "Summary", "summarize", "pinned",
 ]
@@ -90,38 +92,19 @@ class CpuSpan:
         return self
 
 
-# ---- machine load from /proc/stat ---------------------------------------
+# ---- machine load ----------------------------------------------------------
 
-def cpu_jiffies() -> tuple[int, int] | None:
-    """(busy, total) jiffies over all CPUs since boot, or None without /proc.
-
-    Busy is everything but idle and iowait.
-    """
-    try:
-        with open("/proc/stat", "rb") as f:
-            line = f.readline()
-    except OSError:
-        return None
-    parts = line.split()
-    if not parts or parts[0] != b"cpu":
-        return None
-    vals = [int(v) for v in parts[1:]]
-    # user nice system idle iowait irq softirq steal guest guest_nice;
-    # guest time is already counted in user.
-    vals = vals[:8]
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    total = sum(vals)
-    return total - idle, total
+def cpu_busy() -> float:
+    """Busy CPU seconds over all CPUs since boot: everything but idle and
+    iowait (guest time is already counted in user and nice)."""
+    t = psutil.cpu_times()
+    return (sum(t) - t.idle - getattr(t, "iowait", 0.0)
+            - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
 
 
 def busy_fraction(window: float = 0.2) -> float:
     """Fraction of all CPUs busy over the next ``window`` seconds (0..1)."""
-    a = cpu_jiffies()
-    time.sleep(window)
-    b = cpu_jiffies()
-    if a is None or b is None or b[1] == a[1]:
-        return 0.0
-    return (b[0] - a[0]) / (b[1] - a[1])
+    return psutil.cpu_percent(interval=window) / 100.0
 
 
 def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
@@ -142,18 +125,15 @@ def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
             return False, busy
 
 
-def _pid_jiffies(pid: int, reaped_children: bool = False) -> int | None:
-    """utime + stime of a process, all its threads, in jiffies; with
+def _pid_cpu(pid: int, reaped_children: bool = False) -> float | None:
+    """User + system CPU seconds of a process, all its threads; with
     ``reaped_children``, plus those of its children it has waited for."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    # The command name (field 2) may contain spaces: split after its ')'.
-    rest = data[data.rindex(b")") + 2:].split()
-    own = int(rest[11]) + int(rest[12])      # fields 14 and 15
-    return own + int(rest[13]) + int(rest[14]) if reaped_children else own   # 16, 17
+    own = t.user + t.system
+    return own + t.children_user + t.children_system if reaped_children else own
 
 
 class LoadMonitor:
@@ -173,31 +153,27 @@ class LoadMonitor:
         self.foreign = 0.0
         self.wall = 0.0
         self.foreign_fraction = 0.0
-        self._a: tuple[int, int] | None = None
-        self._own: dict[int, int | None] = {}
+        self._a = 0.0
+        self._own: dict[int, float | None] = {}
         self._t0 = 0.0
 
     def start(self) -> "LoadMonitor":
         me = os.getpid()
-        self._own = {p: _pid_jiffies(p, p == me) for p in self.pids}
-        self._a = cpu_jiffies()
+        self._own = {p: _pid_cpu(p, p == me) for p in self.pids}
+        self._a = cpu_busy()
         self._t0 = time.perf_counter()
         return self
 
     def stop(self) -> "LoadMonitor":
-        b = cpu_jiffies()
+        busy = cpu_busy() - self._a          # summed over all CPUs
         self.wall = time.perf_counter() - self._t0
-        own = 0
+        own = 0.0
         me = os.getpid()
         for p, before in self._own.items():
-            after = _pid_jiffies(p, p == me)
+            after = _pid_cpu(p, p == me)
             if before is not None and after is not None:
                 own += after - before
-        if self._a is None or b is None:
-            self.foreign = 0.0
-        else:
-            # Jiffies are counted per CPU; /proc/stat busy sums all CPUs.
-            self.foreign = max(0, (b[0] - self._a[0]) - own) / _CLK_TCK
+        self.foreign = max(0.0, busy - own)
         self.foreign_fraction = self.foreign / self.wall if self.wall > 0 else 0.0
         return self
 
@@ -257,8 +233,8 @@ def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int 
 
 def _tids(pid: int) -> list[int]:
     try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
+        return [t.id for t in psutil.Process(pid).threads()]
+    except psutil.Error:
         return [pid]
 
 
