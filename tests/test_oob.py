@@ -5,6 +5,7 @@ Real libzmq sockets; every wait is on a condition with a deadline."""
 import array
 import gc
 import mmap
+import os
 import struct
 import sys
 
@@ -257,8 +258,11 @@ def test_no_leak_over_many_rounds(endpoints, transport):
         rounds(200)
         _wait_released()
         grown = rss() - before
-    # 200 MB went through; a leak of either side would keep it.
-    assert grown < 40 << 20, grown
+    # 200 MB went through; a leak of either side would keep it.  (Under
+    # AddressSanitizer freed memory waits in its quarantine, 256 MB: RSS
+    # says nothing there, and ASan's own leak check takes over.)
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        assert grown < 40 << 20, grown
 
 
 def test_release_drained_without_further_sends(endpoints):
