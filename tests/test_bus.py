@@ -596,6 +596,33 @@ def test_subscribe_close_cycles_with_traffic(endpoints):
 
 # --- caller mode: poll --------------------------------------------------------------
 
+def test_poll_counts_malformed_messages_as_taken_in(endpoints):
+    # poll() returns (and max_messages bounds) the messages taken in: those
+    # handed to the target and those counted as decode errors, as documented.
+    import zmq
+    ep = endpoints("ipc")
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.bind(ep)
+    got, errors = [], []
+    try:
+        with upcall.Bus() as bus:
+            sub = bus.subscribe(ep, got.append, kind="pull", delivery="caller",
+                                on_error=lambda exc, raw: errors.append(exc))
+            for payload in (b"\xc1", b"\x01", b"\xc1", b"\x02"):   # 0xc1: never valid
+                push.send_multipart([b"t", payload])
+            n = 0
+            while n < 4:
+                k = sub.poll(timeout=DEADLINE, max_messages=4 - n)
+                assert k > 0
+                n += k
+            assert n == 4 and got == [1, 2] and len(errors) == 2
+            assert sub.stats["decode_errors"] == 2 and sub.stats["delivered"] == 2
+    finally:
+        push.close(0)
+        ctx.term()
+
+
 def test_poll_counts_and_max_messages(endpoints):
     col = Collector()
     with pair(endpoints, "inproc", "pull", "caller", col) as (pub, sub, _):

@@ -12,7 +12,7 @@ DEFAULT_BATCH = 1024
 
 cdef struct _poll_progress:
     size_t limit                  # max_messages (0: no limit)
-    size_t done                   # messages handed to the target so far
+    size_t done                   # messages taken in so far (delivered or decode errors)
     bint started                  # a step has run
 
 
@@ -278,9 +278,11 @@ cdef class Subscription:
 
         Returns after ``timeout`` seconds (not milliseconds, as pyzmq's
         poll(timeout) takes; None or math.inf: no limit), once
-        ``max_messages`` were delivered, when a target raised StopDelivery,
+        ``max_messages`` were taken in, when a target raised StopDelivery,
         or when the subscription is closed.  Returns the number of messages
-        handed to the target.  Wakes at least every 200 ms for signals, so
+        taken in: handed to the target, or counted as decode errors (a
+        malformed message counts too, so that a flood of them cannot hold
+        poll() for ever).  Wakes at least every 200 ms for signals, so
         Ctrl-C raises KeyboardInterrupt here.
 
         A KeyboardInterrupt, SystemExit or GeneratorExit raised by the target
