@@ -26,7 +26,7 @@ cdef class _RawPayload(Decoder):
     """raw=True: the payload itself, undecoded."""
 
     cdef object decode_view(self, const char *data, Py_ssize_t size):
-        return PyBytes_FromStringAndSize(data, size)
+        return self.decode_wire(data, size)     # the trampoline calls decode_wire
 
     cdef object decode_wire(self, const char *data, Py_ssize_t size):
         return PyBytes_FromStringAndSize(data, size)
@@ -50,10 +50,7 @@ cdef class _CallDecoder(Decoder):
     cdef object fn
 
     cdef object decode_view(self, const char *data, Py_ssize_t size):
-        try:
-            return self.fn(PyBytes_FromStringAndSize(data, size))
-        except Exception as exc:
-            raise _decoder_failed(self.fn, exc) from exc
+        return self.decode_wire(data, size)     # the trampoline calls decode_wire
 
     cdef object decode_wire(self, const char *data, Py_ssize_t size):
         try:
@@ -74,7 +71,7 @@ cdef object _oob_refused(size_t n_extra, str what):
 
 
 cdef object _decoder_failed(object fn, object exc):
-    # Out of line: decode_view stays small (its only job is the call).
+    # Out of line: decode_wire stays small (its only job is the call).
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return DecodeError(f"decoder {name} raised {type(exc).__name__}: {exc}", None, "decoder")
 
