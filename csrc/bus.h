@@ -70,6 +70,16 @@ typedef struct uc_msg {
     const uc_frame *extra;  /* frames after the payload (buffers), n_extra of them */
     size_t n_extra;
     size_t n_frames;        /* frames on the wire; > 2 + n_extra when truncated */
+    /* A message split from a coalesced payload (docs/wire.md, ext 127;
+     * coalesce.h): `wire` is that zmq payload frame, `payload` a slice of it
+     * (NULL for a message that is its zmq message's own payload).  fault != 0:
+     * not a message but the report of a coalesced payload that breaks at byte
+     * fault_offset of `wire` (SIZE_MAX: at no byte), after the messages before
+     * it; `payload` is then empty.  fault is an MP_ERR_* or UC_SPLIT_ERR_*
+     * code (uc_split_errname). */
+    const uc_frame *wire;
+    int fault;
+    size_t fault_offset;
 } uc_msg;
 
 /* ---- thread factory --------------------------------------------------- */
@@ -225,19 +235,22 @@ typedef struct uc_sub uc_sub;
  * (and none is held, see uc_deliver_fn) received is their sum.  The core
  * counts received, batches and dropped; the layer above the others. */
 typedef struct uc_stats {
-    uint64_t received;         /* messages taken from the source */
+    uint64_t received;         /* messages taken from the source (each one of a
+                                  coalesced payload, and each fault of one) */
     uint64_t delivered;        /* handed to the target without error */
     uint64_t batches;          /* deliver calls */
     uint64_t decode_errors;
     uint64_t callback_errors;
     uint64_t dropped;          /* taken and never handed over (a stop, a close) */
     uint64_t filtered;         /* examined and passed over on purpose (a native handler) */
+    uint64_t zmq_received;     /* zmq messages received (a coalesced one holds many
+                                  messages); 0 for a source that is no socket */
 } uc_stats;
 
 typedef enum {
     UC_STAT_RECEIVED, UC_STAT_DELIVERED, UC_STAT_BATCHES,
     UC_STAT_DECODE_ERRORS, UC_STAT_CALLBACK_ERRORS, UC_STAT_DROPPED,
-    UC_STAT_FILTERED,
+    UC_STAT_FILTERED, UC_STAT_ZMQ_RECEIVED,
     UC_STAT_COUNT              /* not a counter: how many there are */
 } uc_stat_id;
 

@@ -482,6 +482,7 @@ void uc_sub_stats(const uc_sub *s, uc_stats *out)
     out->callback_errors = atomic_load_explicit(&st[UC_STAT_CALLBACK_ERRORS], memory_order_relaxed);
     out->dropped = atomic_load_explicit(&st[UC_STAT_DROPPED], memory_order_relaxed);
     out->filtered = atomic_load_explicit(&st[UC_STAT_FILTERED], memory_order_relaxed);
+    out->zmq_received = atomic_load_explicit(&st[UC_STAT_ZMQ_RECEIVED], memory_order_relaxed);
 }
 
 void uc_sub_add_stat(uc_sub *s, uc_stat_id which, uint64_t n)

@@ -8,6 +8,12 @@
  * batch (a paused poll) stays in the pool, frames and all, and is handed
  * over before anything new is received.
  *
+ * A coalesced payload (coalesce.h) is split while the batch is filled, one
+ * entry per message, each a slice of the zmq frame.  When the batch fills
+ * up in the middle of one, the rest goes into the next batch: its zmq
+ * message stays in the pool (moved to the front when the batch before is
+ * given back) until its last message has been handed over.
+ *
  * The socket has exactly one user at a time: whoever owns the source (see
  * sub.c); that owner closes it when the subscription stops (finalize).
  * Other threads change a SUB socket's prefixes through a queue that the
@@ -22,6 +28,7 @@
 #include <zmq.h>
 
 #include "bus_impl.h"
+#include "coalesce.h"
 #include "oob_impl.h"
 #include "util.h"
 
@@ -61,6 +68,11 @@ typedef struct zmq_source {
     zmq_msg_t scratch; /* receives frames beyond UC_MAX_FRAMES */
     size_t next;       /* msgs[next, next + left) are still to be handed over */
     size_t left;
+    /* A coalesced payload being split: its zmq message is
+     * pool[split_first, split_first + split_kept) (1 or 2 frames). */
+    int splitting;
+    uc_split split;
+    size_t split_first, split_kept;
 
     /* Topic changes, under sub.mu (tickets count them from 1). */
     topic_change *changes;       /* queued, oldest first */
@@ -99,14 +111,80 @@ static int recv_frame(zmq_msg_t *m, void *sock, int flags)
     return rc;
 }
 
+/* Fill msgs[n...] with the messages of the payload being split, up to
+ * `limit` entries in all (the last one may be the payload's fault).  Its
+ * frames are views[split_first...].  Returns the new n. */
+static size_t split_into(zmq_source *z, size_t n, size_t limit)
+{
+    const uc_frame *v = &z->views[z->split_first];
+    const uc_frame *wire = z->split_kept == 1 ? &v[0] : &v[1];
+    while (n < limit) {
+        uc_frame part;
+        int r = uc_split_next(&z->split, &part);
+        if (r == UC_SPLIT_END) {
+            z->splitting = 0;
+            break;
+        }
+        uc_msg *m = &z->msgs[n++];
+        if (z->split_kept == 1) {
+            m->topic.data = "";
+            m->topic.size = 0;
+        } else {
+            m->topic = v[0];
+        }
+        m->extra = NULL;
+        m->n_extra = 0;
+        m->n_frames = z->split_kept;
+        m->wire = wire;
+        if (r == UC_SPLIT_MSG) {
+            m->payload = part;
+            m->fault = 0;
+            m->fault_offset = 0;
+        } else {
+            m->payload.data = wire->data + z->split.fault_offset;
+            m->payload.size = 0;
+            m->fault = z->split.fault;
+            m->fault_offset = z->split.fault_offset;
+        }
+    }
+    return n;
+}
+
+/* Point the views at pool[first, first + n). */
+static void view_frames(zmq_source *z, size_t first, size_t n)
+{
+    for (size_t i = first; i < first + n; i++) {
+        z->views[i].data = zmq_msg_data(&z->pool[i]);
+        z->views[i].size = zmq_msg_size(&z->pool[i]);
+    }
+}
+
+/* Give pool[first, first + n) back to zmq. */
+static void close_frames(zmq_source *z, size_t first, size_t n)
+{
+    for (size_t i = first; i < first + n; i++) {
+        zmq_msg_close(&z->pool[i]);
+        zmq_msg_init(&z->pool[i]);
+    }
+}
+
 /* Fill the batch: at most `limit` messages, fewer when the socket runs dry
- * (*dry = 1) or the frame pool cannot take another maximal message.  A
+ * (*dry = 1) or the frame pool cannot take another maximal message.  The
+ * rest of a coalesced payload split in the batch before comes first.  A
  * receive error other than EAGAIN (ETERM: the context is being terminated)
- * stops the loop.  Returns the number of messages in z->msgs. */
-static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped)
+ * stops the loop.  Returns the number of messages in z->msgs; *zmq_msgs
+ * gets the number of zmq messages received. */
+static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, uint64_t *zmq_msgs)
 {
     size_t n = 0, used = 0;
     *dry = 0;
+    if (z->splitting) {
+        /* Its frames are at the front of the pool now (release_batch). */
+        used = z->split_kept;
+        view_frames(z, 0, used);
+        z->split.data = z->views[used - 1].data;
+        n = split_into(z, 0, limit);
+    }
     while (n < limit && z->pool_cap - used >= UC_MAX_FRAMES) {
         zmq_msg_t *first = &z->pool[used];
         if (recv_frame(first, z->sock, ZMQ_DONTWAIT) < 0) {
@@ -141,20 +219,15 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped)
         if (broken) {
             /* Only on context termination in practice: the message cannot be
              * delivered whole, so it is dropped and counted. */
-            for (size_t i = 0; i < kept; i++) {
-                zmq_msg_close(&z->pool[used + i]);
-                zmq_msg_init(&z->pool[used + i]);
-            }
+            close_frames(z, used, kept);
             (*dropped)++;
             uc_sub_end_loop(&z->sub);
             break;
         }
+        (*zmq_msgs)++;
+        view_frames(z, used, kept);
         uc_frame *v = &z->views[used];
-        for (size_t i = 0; i < kept; i++) {
-            v[i].data = zmq_msg_data(&z->pool[used + i]);
-            v[i].size = zmq_msg_size(&z->pool[used + i]);
-        }
-        uc_msg *m = &z->msgs[n++];
+        uc_msg *m = &z->msgs[n];
         if (kept == 1) {
             m->topic.data = "";
             m->topic.size = 0;
@@ -166,7 +239,39 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped)
         m->n_extra = kept > 2 ? kept - 2 : 0;
         m->extra = m->n_extra ? &v[2] : NULL;
         m->n_frames = total;
+        m->wire = NULL;
+        m->fault = 0;
+        if (__builtin_expect(uc_split_begin(&z->split, m->payload.data, m->payload.size), 0)) {
+            if (total > 2) {
+                /* Coalesced with out-of-band frames: one report, whole. */
+                m->wire = kept == 1 ? &v[0] : &v[1];
+                m->fault = UC_SPLIT_ERR_OOB;
+                m->fault_offset = SIZE_MAX;
+                m->payload.size = 0;
+            } else {
+                z->splitting = 1;
+                z->split_first = used;
+                z->split_kept = kept;
+                size_t before = n;
+                n = split_into(z, n, limit);
+                if (n == before) {
+                    /* Nothing in it (an empty batch): no entry refers to
+                     * its frames. */
+                    close_frames(z, used, kept);
+                    continue;
+                }
+                used += kept;
+                continue;
+            }
+        }
+        n++;
         used += kept;
+    }
+    if (n == 0) {
+        /* Nothing to hand over refers to what is left (the end of a split). */
+        close_frames(z, 0, used);
+        used = 0;
+        z->splitting = 0;
     }
     z->pool_used = used;
     return n;
@@ -174,14 +279,24 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped)
 
 /* Give the frames of the delivered batch back to zmq (large frames are
  * reference-counted buffers: holding them would pin memory until the next
- * batch overwrote them). */
+ * batch overwrote them), except a coalesced payload still being split: its
+ * frames move to the front of the pool for the next batch. */
 static void release_batch(zmq_source *z)
 {
-    for (size_t i = 0; i < z->pool_used; i++) {
-        zmq_msg_close(&z->pool[i]);
-        zmq_msg_init(&z->pool[i]);
+    if (!z->splitting) {
+        close_frames(z, 0, z->pool_used);
+        z->pool_used = 0;
+        return;
     }
-    z->pool_used = 0;
+    size_t first = z->split_first, kept = z->split_kept;
+    close_frames(z, 0, first);
+    close_frames(z, first + kept, z->pool_used - first - kept);
+    /* In order: a frame is moved into a slot already emptied (a move
+     * leaves its source empty). */
+    for (size_t i = 0; i < kept && first; i++)
+        zmq_msg_move(&z->pool[i], &z->pool[first + i]);
+    z->split_first = 0;
+    z->pool_used = kept;
 }
 
 /* Hand over up to `limit` messages of the current batch (msgs[next...]),
@@ -377,19 +492,22 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
         }
         if (maybe_more) {
             int dry;
-            uint64_t dropped = 0;
-            size_t n = drain(z, limit, &dry, &dropped);
+            uint64_t dropped = 0, zmq_msgs = 0;
+            size_t n = drain(z, limit, &dry, &dropped, &zmq_msgs);
             /* Counted before deliver, so that received >= delivered holds
              * for anyone reading the stats while the batch is out.  Relaxed:
              * these are statistics, not synchronisation; once per batch
              * keeps the cache line out of the per-message path. */
             if (n)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], n, memory_order_relaxed);
+            if (zmq_msgs)
+                atomic_fetch_add_explicit(&s->stats[UC_STAT_ZMQ_RECEIVED], zmq_msgs, memory_order_relaxed);
             if (dropped)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], dropped, memory_order_relaxed);
             /* After a batch that hit a limit, more may be queued: zmq's
-             * readiness is edge-like, so only poll once the socket ran dry. */
-            maybe_more = !dry;
+             * readiness is edge-like, so only poll once the socket ran dry
+             * (and no coalesced payload is half split). */
+            maybe_more = !dry || z->splitting;
             if (n) {
                 z->next = 0;
                 z->left = n;
