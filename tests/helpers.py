@@ -24,7 +24,7 @@ PROBE = "__upcall_probe__"
 PROBE_TOPIC = b"probe"
 
 STATS_KEYS = {"received", "delivered", "filtered", "batches", "decode_errors",
-              "callback_errors", "dropped"}
+              "callback_errors", "dropped", "zmq_received"}
 
 MODES = ["native", "python", "caller"]
 KINDS = ["sub", "pull"]

@@ -380,8 +380,10 @@ MALFORMED = [
     ("version", [b"t", msgpack.packb([_ref(2, 4, version=2)]), b"abcd"], "oob_version"),
     ("flags_lz4", [b"t", msgpack.packb([_ref(2, 4, flags=1)]), b"abcd"], "oob_flags"),
     ("short_ref", [b"t", msgpack.packb([msgpack.ExtType(126, b"\x01" * 8)]), b"abcd"], "oob_length"),
-    ("coalesced", [b"t", b"\xc9\x00\x00\x00\x02\x7f\x01\xc0"], "coalesced"),
-    ("coalesced_fixext", [b"t", b"\xd4\x7f\x01"], "coalesced"),
+    # coalesced payloads (ext 127) are split (tests/test_coalesce_rx.py), but
+    # not with frames after them, and one level only
+    ("coalesced_with_frame", [b"t", b"\xc9\x00\x00\x00\x02\x7f\x01\xc0", b"abcd"], "batch_oob"),
+    ("coalesced_nested", [b"t", b"\xc9\x00\x00\x00\x04\x7f\x01\xd4\x7f\x01"], "coalesced"),
     ("too_many_frames", [b"t", GOOD] + [b"f"] * 20, "frames"),
 ]
 

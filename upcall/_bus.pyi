@@ -66,7 +66,8 @@ class Subscription:
     def closed(self) -> bool: ...
     @property
     def stats(self) -> dict[str, int]:
-        """received, delivered, filtered, batches, decode_errors, callback_errors, dropped."""
+        """received, delivered, filtered, batches, decode_errors, callback_errors, dropped,
+        zmq_received (zmq messages; a coalesced one holds many messages)."""
     @property
     def topics(self) -> tuple[bytes, ...]:
         """SUB prefixes with every subscribe()/unsubscribe() so far; () for PULL."""

@@ -177,13 +177,16 @@ cdef class Subscription:
     @property
     def stats(self):
         """Counters: received, delivered, filtered, batches, decode_errors,
-        callback_errors, dropped (docs/wire.md, "What is counted where")."""
+        callback_errors, dropped (docs/wire.md, "What is counted where"), and
+        zmq_received: zmq messages, each holding one message or, coalesced,
+        many (received counts those)."""
         cdef uc_stats s
         self._check_process()
         uc_sub_stats(self._c, &s)
         return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                 "batches": s.batches, "decode_errors": s.decode_errors,
-                "callback_errors": s.callback_errors, "dropped": s.dropped}
+                "callback_errors": s.callback_errors, "dropped": s.dropped,
+                "zmq_received": s.zmq_received}
 
     @property
     def last_endpoint(self):

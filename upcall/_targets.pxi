@@ -81,8 +81,7 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
             i += 1
             uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
             topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
-            verdict = sub._report(_with_context(exc, topic), PyBytes_FromStringAndSize(
-                m.payload.data, <Py_ssize_t>m.payload.size), topic, True)
+            verdict = sub._report(_with_context(exc, topic), _raw_payload(m), topic, True)
             if verdict != UC_DELIVER_MORE:
                 break
             continue

@@ -248,8 +248,7 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
             if decoding:
                 decode_errors += 1
                 topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
-                verdict = sub._report(_with_context(exc, topic), PyBytes_FromStringAndSize(
-                    m.payload.data, <Py_ssize_t>m.payload.size), topic, True)
+                verdict = sub._report(_with_context(exc, topic), _raw_payload(m), topic, True)
             elif isinstance(exc, SystemExit) and not sub._caller:
                 # Ends this delivery thread's work silently, as SystemExit
                 # ends a threading.Thread (caller mode: poll() re-raises it).
@@ -273,8 +272,9 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
 cdef inline object _decode(Decoder decoder, const uc_msg *m):
     """The message's payload as a Python object, its out-of-band references
     resolved to the frames after it (_oob_value); DecodeError for a message
-    cut at UC_MAX_FRAMES (no byte is at fault: offset None)."""
-    if m.n_frames > 2 + m.n_extra:
+    cut at UC_MAX_FRAMES (no byte is at fault: offset None) and for the
+    fault of a coalesced payload (_raise_fault)."""
+    if m.n_frames > 2 + m.n_extra or m.fault != 0:
         _raise_frames(m)
     if m.n_extra == 0:          # the usual message: three arguments, as before frames
         return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
@@ -286,8 +286,29 @@ cdef int _raise_frames(const uc_msg *m) except -1:
     # Out of line: with the f-string inside it, _decode was too large for the
     # C compiler to inline and cost every message a call (callgrind: +17
     # instructions per message on the synthetic source).
+    if m.fault != 0 and m.n_frames <= 2 + m.n_extra:
+        _raise_fault(m)
     raise DecodeError(f"message has {m.n_frames} frames; at most {UC_MAX_FRAMES} are kept "
                       "([topic, payload, out-of-band frames])", None, "frames")
+
+
+cdef int _raise_fault(const uc_msg *m) except -1:
+    """A coalesced payload broken at m.fault_offset (the core delivered the
+    messages before it): the reader's reason (truncated, length, reserved,
+    depth, ...) or the payload's own (batch_version, batch_length, batch_oob)."""
+    reason = uc_split_errname(m.fault).decode()
+    text = uc_split_strerror(m.fault).decode()
+    if m.fault_offset == <size_t>-1:
+        raise DecodeError(text, None, reason)
+    raise DecodeError(f"coalesced payload (ext 127) broken at byte {m.fault_offset}: {text} "
+                      "(the messages before it were delivered)", m.fault_offset, reason)
+
+
+cdef inline bytes _raw_payload(const uc_msg *m):
+    """What on_error gets with a decode error: the payload, or for the fault of
+    a coalesced payload the whole of it (the error's offset is into it)."""
+    cdef const uc_frame *f = m.wire if m.fault != 0 else &m.payload
+    return PyBytes_FromStringAndSize(f.data, <Py_ssize_t>f.size)
 
 
 cdef object _with_context(object exc, bytes topic):

@@ -28,6 +28,9 @@ cdef extern from "bus.h" nogil:
         const uc_frame *extra
         size_t n_extra
         size_t n_frames
+        const uc_frame *wire    # coalesced: the zmq payload it was split from, else NULL
+        int fault               # coalesced: != 0, the report of a payload broken at fault_offset
+        size_t fault_offset
 
     ctypedef int (*uc_start_fn)(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg) noexcept nogil
     int uc_start_pthread(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg)
@@ -100,6 +103,7 @@ cdef extern from "bus.h" nogil:
         uint64_t callback_errors
         uint64_t dropped
         uint64_t filtered
+        uint64_t zmq_received
 
     ctypedef enum uc_stat_id:
         UC_STAT_RECEIVED
@@ -109,6 +113,7 @@ cdef extern from "bus.h" nogil:
         UC_STAT_CALLBACK_ERRORS
         UC_STAT_DROPPED
         UC_STAT_FILTERED
+        UC_STAT_ZMQ_RECEIVED
 
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
@@ -147,3 +152,13 @@ cdef extern from "bus.h" nogil:
     void uc_pub_cap_linger(uc_pub *pub, int max_ms)
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)
+
+
+cdef extern from "coalesce.h" nogil:
+    # Coalesced payloads (docs/wire.md, ext 127): a uc_msg's fault code.
+    enum:
+        UC_SPLIT_ERR_VERSION
+        UC_SPLIT_ERR_LENGTH
+        UC_SPLIT_ERR_OOB
+    const char *uc_split_errname(int fault)
+    const char *uc_split_strerror(int fault)
