@@ -20,7 +20,8 @@ import zmq
 import upcall
 from upcall.handler import Handler
 from upcall.native import Count, FieldFilter, NativeHandler
-from helpers import DEADLINE, MODES, STATS_KEYS, Collector, make_pump, mode_kwargs, wait_for
+from helpers import (DEADLINE, MODES, PROBE, STATS_KEYS, Collector, make_pump, mode_kwargs,
+                     wait_for)
 
 ALL_MODES = MODES + ["executor"]
 
@@ -396,3 +397,50 @@ def test_uncoalesced_interop_both_directions(zctx, endpoints, transport):
         topic, payload = pull.recv_multipart()
         assert topic == b"u" and msgpack.unpackb(payload) == {"px": 1.5}
         pull.close(linger=0)
+
+
+# ---- SUB filtering and asyncio ---------------------------------------------
+
+def test_sub_prefix_filtering_applies_to_the_whole_payload(zctx, endpoints):
+    """One topic per coalesced message: a SUB socket filters it whole."""
+    col = Collector()
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="sub", bind=True, topics=[b"a."],
+                            with_topic=True)
+        pub = zctx.socket(zmq.PUB)
+        pub.linger = 0
+        pub.connect(sub.last_endpoint)
+        wait_for(lambda: pub.send_multipart([b"a.probe", msgpack.packb(PROBE)]) or col.probes,
+                 what="the SUB socket subscribed")
+        pub.send_multipart([b"b.x", coalesced(["no"] * 5)])
+        pub.send_multipart([b"a.x", coalesced(["yes", 1, 2])])
+        col.wait(3)
+        wait_received(sub, 3)
+        assert col.items == [(b"a.x", "yes"), (b"a.x", 1), (b"a.x", 2)]
+        # every zmq message one message (the probes) but a.x's three; b.x
+        # never reached the core
+        s = settled(sub)
+        assert s["received"] - s["zmq_received"] == 2, s
+
+
+def test_asyncio_iteration_sees_each_message(zctx, endpoints):
+    import asyncio
+
+    async def main():
+        with upcall.Bus() as bus:
+            sub = bus.subscribe_async(endpoints("ipc"), kind="pull", bind=True, batch=3)
+            push = zctx.socket(zmq.PUSH)
+            push.linger = 0
+            push.connect(sub.last_endpoint)
+            push.send_multipart([b"t", coalesced(range(10))])
+            push.send_multipart([b"t", msgpack.packb(10)])
+            got = []
+            async for m in sub:
+                got.append(m)
+                if len(got) == 11:
+                    break
+            assert got == list(range(11))
+            s = sub.stats
+            assert (s["received"], s["zmq_received"]) == (11, 2)
+            await sub.aclose()
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
