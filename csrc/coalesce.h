@@ -3,9 +3,10 @@
  * A coalesced payload is one ext 127 value (the publisher writes ext 32:
  * `c9 <u32 length> 7f 01 <msgpack object><msgpack object>...`, any ext form
  * is read) whose data is a version byte (1) and the messages back to back.
- * The splitter walks it with the bounds-checked reader, one mp_skip per
- * message, allocating nothing: each message it yields is a slice of the
- * payload.  A payload that breaks (a bad version, a message truncated or
+ * The splitter walks it bounds-checked, skipping each message's structure
+ * as mp_skip would (without its depth limit and timestamp check: those are
+ * the decoder's, for that one message), allocating nothing: each message
+ * it yields is a slice of the payload.  A payload that breaks (a bad version, a message truncated or
  * malformed, a declared length the frame disagrees with) yields the
  * messages before the fault, then the fault (a code and the byte offset in
  * the payload), then nothing more.

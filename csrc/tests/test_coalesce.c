@@ -165,6 +165,30 @@ static int test_split_faults(void)
     return 0;
 }
 
+/* Nesting depth and timestamps are the decoder's: the splitter finds the
+ * message's end and goes on. */
+static int test_split_leaves_depth_and_timestamps_to_the_decoder(void)
+{
+    static unsigned char body[3000], buf[3100];
+    uc_frame m[4];
+    int fault;
+    size_t at;
+    memset(body, 0x91, 2000);              /* 2000 nested one-item arrays */
+    body[2000] = 0xc0;
+    memcpy(body + 2001, "\xd6\xff\xff\xff\xff\xff", 6);  /* timestamp 32 */
+    memcpy(body + 2007, "\xd7\xff\xff\xff\xff\xff\xff\xff\xff\xff", 10); /* ns > 999999999 */
+    body[2017] = 0x07;
+    size_t n = coalesced(buf, 1, body, 2018);
+    CHECK_EQ(split_all(buf, n, m, 4, &fault, &at), 4);
+    CHECK_EQ(fault, 0);
+    CHECK_EQ(m[0].size, 2001);
+    CHECK_EQ(mp_validate(m[0].data, m[0].size, 64, NULL), MP_ERR_DEPTH);
+    CHECK_EQ(m[2].size, 10);
+    CHECK_EQ(mp_validate(m[2].data, m[2].size, 64, NULL), MP_ERR_TIMESTAMP);
+    CHECK(is(m[3], "\x07", 1));
+    return 0;
+}
+
 /* ---- on a socket ------------------------------------------------------ */
 
 typedef struct {
@@ -375,6 +399,8 @@ int main(void)
     run("split_messages", test_split_messages);
     run("split_not_coalesced", test_split_not_coalesced);
     run("split_faults", test_split_faults);
+    run("split_leaves_depth_and_timestamps_to_the_decoder",
+        test_split_leaves_depth_and_timestamps_to_the_decoder);
     run("split_thread", test_split_thread);
     run("split_caller", test_split_caller);
     run("split_paused", test_split_paused);
