@@ -205,13 +205,21 @@ def test_fault_mid_payload(zctx, endpoints, mode, name, payload, before, reason,
         assert (s["received"], s["decode_errors"], s["zmq_received"]) == (len(before) + 3, 1, 2)
 
 
+UNDECODABLE = [
+    ("utf8", b"\xa2\xff\xfe"),                               # str 2, not UTF-8
+    ("depth", b"\x91" * 2000 + b"\xc0"),                      # deeper than max_depth
+    ("timestamp", b"\xd7\xff" + b"\xff" * 8),                 # nanoseconds > 999999999
+]
+
+
 @pytest.mark.parametrize("mode", ALL_MODES)
-def test_message_that_skips_but_does_not_decode(zctx, endpoints, mode):
-    """Invalid UTF-8 in one message: an ordinary decode error for that one
-    (offset and raw payload its own), the others delivered."""
+@pytest.mark.parametrize("reason,bad", UNDECODABLE, ids=[u[0] for u in UNDECODABLE])
+def test_message_that_skips_but_does_not_decode(zctx, endpoints, mode, reason, bad):
+    """One message whose structure is whole but that does not decode: an
+    ordinary decode error for that one (offset and raw payload its own), the
+    others delivered."""
     col = Collector()
     errors = []
-    bad = b"\xa2\xff\xfe"                      # str 2, not UTF-8
     body = msgpack.packb(1) + bad + msgpack.packb(3)
     with upcall.Bus() as bus:
         sub, peer, pump = open_pair(bus, zctx, endpoints, "ipc", col, mode,
@@ -221,7 +229,8 @@ def test_message_that_skips_but_does_not_decode(zctx, endpoints, mode):
         wait_received(sub, 3, pump)
         assert col.items == [1, 3]
         (exc, raw), = errors
-        assert exc.reason == "utf8" and raw == bad
+        assert exc.reason == reason and raw == bad
+        assert 0 <= exc.offset < len(bad)
         s = settled(sub)
         assert (s["delivered"], s["decode_errors"]) == (2, 1)
 
