@@ -145,7 +145,8 @@ cdef dict _EXTRA_REASONS = {
     UCD_ERR_OOB_TWICE: ("oob_twice", "two out-of-band references name the same frame"),
     UCD_ERR_OOB_SIZE: ("oob_size", "an out-of-band frame's length is not the reference's size"),
     UCD_ERR_OOB_UNUSED: ("oob_unused", "a frame after the payload that no out-of-band reference names"),
-    UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127) inside a coalesced payload: one level only"),
+    UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127) where one message was expected "
+                                     "(inside a coalesced payload: one level only; or from a source that does not split)"),
 }
 
 
