@@ -338,6 +338,29 @@ def test_malformed_compressed_references_are_decode_errors(zctx, endpoints, mode
     _wait_released()
 
 
+def test_max_message_size_bounds_the_decompressed_size(zctx, endpoints):
+    # The frame is small (LZ4 shrank TEXT 200x) but would decompress past
+    # the subscription's limit: refused before allocating.
+    col = Collector()
+    errors = []
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True,
+                            max_message_size=len(TEXT) - 1,
+                            on_error=lambda exc, raw: errors.append(exc))
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(sub.last_endpoint)
+        small = TEXT[:50_000]
+        push.send_multipart([b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK])
+        push.send_multipart([b"t", msgpack.packb([_ref(2, len(small), flags=1)]),
+                             lz4_block.compress(small, store_size=False)])
+        col.wait(1)
+        assert [bytes(v) for v in col.items[0]] == [small]
+        assert [e.reason for e in errors] == ["oob_decompress"]
+        del col.items[:]
+    _wait_released()
+
+
 # ---- arguments --------------------------------------------------------------
 
 def test_arguments_are_checked(endpoints):

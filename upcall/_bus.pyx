@@ -494,7 +494,8 @@ A zmq context and every subscription and publisher opened on it.
         exceptions raised by the target and decode errors (default:
         sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
         limit).  ``max_message_size``: bytes; larger messages are refused by
-        libzmq (ZMQ_MAXMSGSIZE).
+        libzmq (ZMQ_MAXMSGSIZE), and so are out-of-band values that would
+        decompress past it (a decode error).
         CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
@@ -616,6 +617,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)
         sub._copy = copy
+        sub._max_oob_size = <uint64_t>mms if mms >= 0 else UC_LZ4_MAX_INPUT
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
         sub._pull = kind == "pull"

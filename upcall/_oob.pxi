@@ -184,20 +184,27 @@ cdef class _Inflated:
         free(self.data)
 
 
-cdef object _oob_inflated(const uc_msg *m, size_t i, uint64_t size, bint copy, int *err):
+cdef struct _oob_ctx:
+    # The decoder's context for a message's out-of-band frames.
+    const uc_msg *m
+    uint64_t max_size       # larger decompressed sizes are refused
+
+
+cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
     """The i-th frame decompressed: a memoryview over one allocation, or
     bytes (copy); with *err set (and None) when it cannot be: this build has
     no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
-    size LZ4 cannot reach from the frame's length is refused before anything
-    is allocated)."""
-    cdef const uc_frame *f = &m.extra[i]
+    size LZ4 cannot reach from the frame's length, or over the
+    subscription's max_message_size, is refused before anything is
+    allocated)."""
+    cdef const uc_frame *f = &c.m.extra[i]
     cdef _Inflated v
     cdef char *dst
     cdef int rc
     if not uc_lz4_available():
         err[0] = _ERR_OOB_CODEC
         return None
-    if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
+    if size > c.max_size or size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
         err[0] = _ERR_OOB_DECOMPRESS
         return None
     if copy:
@@ -220,15 +227,16 @@ cdef object _oob_inflated(const uc_msg *m, size_t i, uint64_t size, bint copy, i
 
 cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     """The decoder's value for the i-th frame after the payload of the
-    message ctx (a uc_msg being delivered): a read-only memoryview over the
-    zmq frame itself, or over a copy for a source without zmq frames, or
-    over its decompressed bytes (flags: _OOB_LZ4)."""
-    cdef const uc_msg *m = <const uc_msg *>ctx
+    message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
+    memoryview over the zmq frame itself, or over a copy for a source without
+    zmq frames, or over its decompressed bytes (flags: _OOB_LZ4)."""
+    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
     cdef int rc
     if flags & _OOB_LZ4:
-        return _oob_inflated(m, i, size, False, err)
+        return _oob_inflated(c, i, size, False, err)
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
     if rc == UC_OK:
         f = _HeldFrame.__new__(_HeldFrame)
@@ -241,9 +249,10 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
 
 cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
     """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
-    cdef const uc_msg *m = <const uc_msg *>ctx
+    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef const uc_msg *m = c.m
     if flags & _OOB_LZ4:
-        return _oob_inflated(m, i, size, True, err)
+        return _oob_inflated(c, i, size, True, err)
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
 
 

@@ -101,6 +101,7 @@ cdef class Subscription:
     cdef Decoder _decoder
     cdef bint _with_topic
     cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
+    cdef uint64_t _max_oob_size   # a decompressed frame larger is refused: max_message_size
     cdef bint _caller
     cdef bint _closed
     cdef str _thread_name
