@@ -724,6 +724,9 @@ A zmq context and every subscription and publisher opened on it.
         ``compression``: None (default) or ``"lz4"``: out-of-band frames of
         10 kB or more are LZ4-compressed when samples of them compress well,
         and sent raw otherwise (docs/wire.md); the receiver decompresses.
+        A compressed frame is libzmq's own copy: its value may change as
+        soon as ``send`` returns (the returned ``Sent`` then waits only for
+        the values sent raw).
         ValueError when this upcall was built without liblz4
         (``upcall.COMPRESSION`` is then empty).
         """
