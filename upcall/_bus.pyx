@@ -4,6 +4,7 @@ callables on native or Python-made threads, and publishers.
 
 One extension module built from one .pxi per concept, included in this order:
   _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
+  _oob.pxi          out-of-band frames: zero-copy sends and views, lz4 compression, copy=True
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
