@@ -148,6 +148,22 @@ def test_compressible_start_incompressible_rest_goes_raw(zctx, endpoints):
     assert flags == 0 and frames[index] == value
 
 
+def test_decompressed_views_are_counted_until_dropped(endpoints):
+    col = Collector()
+    with upcall.Bus() as bus:
+        sub, pub = _pair(bus, endpoints, "tcp", col)
+        pub.send(b"t", {"z": ZEROS})
+        col.wait(1)
+        view = col.items.pop()["z"]
+        assert _bus.oob_outstanding()[1] == 1
+        again = view[10:20]                  # a view of the view keeps it too
+        del view
+        gc.collect()
+        assert _bus.oob_outstanding()[1] == 1 and again == bytes(10)
+        del again
+    _wait_released()
+
+
 def test_mixed_values_keep_their_order(endpoints):
     col = Collector()
     values = [ZEROS, RANDOM, TEXT, bytes(20_000), os.urandom(50_000), b"x" * 5000]

@@ -146,9 +146,10 @@ def oob_outstanding():
 
     ``sent``: messages whose zero-copy frames libzmq has not released yet
     (or whose release is not drained yet); ``received``: received frames
-    still alive in a memoryview.  For leak checks; drains first."""
+    (or their decompressed copies) still alive in a memoryview.  For leak
+    checks; drains first."""
     _drain_releases()
-    return (uc_relq_outstanding(_relq), uc_held_outstanding())
+    return (uc_relq_outstanding(_relq), uc_held_outstanding() + _inflated_alive)
 
 
 @cython.final
@@ -167,12 +168,19 @@ cdef class _HeldFrame:
         uc_held_free(self.h)     # any thread: only a reference count is touched
 
 
+cdef uint64_t _inflated_alive = 0     # _Inflated objects (under the GIL)
+
+
 @cython.final
 cdef class _Inflated:
     """A decompressed out-of-band frame: one allocation, freed when the last
     memoryview of it is gone."""
     cdef char *data
     cdef Py_ssize_t size
+
+    def __cinit__(self):
+        global _inflated_alive
+        _inflated_alive += 1
 
     def __getbuffer__(self, Py_buffer *buf, int flags):
         PyBuffer_FillInfo(buf, self, self.data, self.size, 1, flags)
@@ -181,7 +189,9 @@ cdef class _Inflated:
         pass
 
     def __dealloc__(self):
+        global _inflated_alive
         free(self.data)
+        _inflated_alive -= 1
 
 
 cdef struct _oob_ctx:
