@@ -28,7 +28,8 @@ all: build
 
 # --- system packages -------------------------------------------------------
 deps: .deps.stamp
-.deps.stamp:
+# Again when this file changes: a machine that ran it before gets what was added since.
+.deps.stamp: Makefile
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 	  echo "libzmq not found by pkg-config: installing libzmq3-dev with apt-get"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
