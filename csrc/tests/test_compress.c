@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zmq.h>
 
 #include "check.h"
@@ -63,6 +64,21 @@ static int test_decision(void)
         CHECK_EQ(uc_lz4_frame(p, N) == NULL, 1);
     }
     free(p);
+    return 0;
+}
+
+/* Over LZ4's block limit: raw, decided before a byte is read (the zeros of
+ * an untouched mapping would compress, were they looked at). */
+static int test_over_the_block_limit_goes_raw(void)
+{
+    size_t n = (size_t)UC_LZ4_MAX_INPUT + 1;
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK_EQ(uc_lz4_worth_it(p, n), 0);
+    CHECK_EQ(uc_lz4_frame(p, n) == NULL, 1);
+    if (uc_lz4_available())
+        CHECK_EQ(uc_lz4_worth_it(p, UC_LZ4_MAX_INPUT), 1);
+    munmap(p, n);
     return 0;
 }
 
@@ -156,6 +172,7 @@ int main(void)
         return 2;
     run("available", test_available);
     run("decision", test_decision);
+    run("over_the_block_limit_goes_raw", test_over_the_block_limit_goes_raw);
     run("round_trip_and_refusals", test_round_trip_and_refusals);
     run("send_compressed_frame", test_send_compressed_frame);
     if (fixtures_teardown() != 0)
