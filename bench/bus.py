@@ -91,21 +91,39 @@ import time
 from typing import Any, Callable
 
 from bench import measure, progress, report
-from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
-                        ping_zmq)
-from bench.workload import TOPIC, small_payload
+from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, latency_summary,
+                        ping_upcall, ping_zmq)
+from bench.workload import NIL, SMALL_MESSAGE, TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
-UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
+#: Coalesced rows (issue 13): the flood's payloads are coalesced messages
+#: (docs/wire.md, ext 127) of the map / of nil, built here by hand, so that the
+#: receive figure does not depend on the publisher; native thread.
+COALESCED = "coalesced"
+COALESCED_NIL = "coalesced-nil"
+COALESCED_MODES = [COALESCED, COALESCED_NIL]
+UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw",
+                "asyncio"] + COALESCED_MODES
 PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
                "zmq.asyncio-await"]
 FLOOR = "c-floor"
-MODES = [FLOOR] + UPCALL_MODES + PYZMQ_MODES
+PINGPONG = "c-pingpong"
+SYNTHETIC = "synthetic"
+#: The physical floors, measured in the same run as the rest.
+FLOOR_MODES = [FLOOR, PINGPONG, SYNTHETIC]
+MODES = FLOOR_MODES + UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
 #: Rows consumed by a coroutine on an event loop.
 ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
 #: Rows without round trips.
-NO_RTT_MODES = ASYNC_MODES | {FLOOR}
+NO_RTT_MODES = ASYNC_MODES | {FLOOR, SYNTHETIC, COALESCED_NIL}
+#: Rows without a flood (round trips only).
+NO_FLOOD_MODES = {PINGPONG}
+#: Messages per coalesced zmq message in the coalesced floods.
+COALESCE_K = 64
+#: The coalesced row's round trips: its responder is a coalescing publisher
+#: that holds a message at most this long (issue 13: added p99 <= L + 50 us).
+COALESCE_DELAY = 0.001
 #: (row, the row it is compared with): same decoder, same run.
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
          ("asyncio", "zmq.asyncio-await")]
@@ -137,6 +155,12 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
                    help="library of the peer process (default: pyzmq if installed)")
     g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+    g.add_argument("--bus-coalesce-k", type=int, default=None, metavar="K",
+                   help=f"messages per zmq message in the coalesced floods (default {COALESCE_K})")
+    g.add_argument("--bus-no-publish", action="store_true",
+                   help="skip the publishing rows (the sending side)")
+    g.add_argument("--bus-publish-n", type=int, default=None, metavar="N",
+                   help="messages per publishing run (default: --bus-n's)")
     g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
                    help="longest wait for an idle machine before each run (default 30; quick 0.5)")
     g.add_argument("--bus-retries", type=int, default=None, metavar="N",
@@ -202,13 +226,21 @@ _MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio
                   "zmq.asyncio-await"}
 
 
-_FLOOR_BINARY: list = []      # [path or None, why not], once compiled
+_PROGRAMS: dict[str, tuple[str | None, str]] = {}   # name -> (path or None, why not)
+_PROGRAM_DIR: list[str] = []
+
+#: The C programs of the floors (bench/NAME.c) and the core sources each one needs.
+C_PROGRAMS = {"floor_pull": (), "floor_pingpong": (), "floor_push": (),
+              "count_pull": ("msgpack.c",)}
 
 
-def floor_binary() -> tuple[str | None, str]:
-    """(path of the compiled bench/floor_pull.c or None, why not)."""
-    if not _FLOOR_BINARY:
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_pull.c")
+def c_program(name: str) -> tuple[str | None, str]:
+    """(path of bench/NAME.c compiled, or None, why not), compiled once per
+    run with the C compiler and libzmq found by pkg-config, -Wall -Wextra
+    -Werror, beside the core sources it names in C_PROGRAMS (csrc/)."""
+    if name not in _PROGRAMS:
+        here = os.path.dirname(os.path.abspath(__file__))
+        csrc = os.path.join(os.path.dirname(here), "csrc")
         cc = shutil.which(os.environ.get("CC", "cc"))
         try:
             flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
@@ -216,16 +248,25 @@ def floor_binary() -> tuple[str | None, str]:
         except (OSError, subprocess.CalledProcessError):
             flags = None
         if cc is None or flags is None:
-            _FLOOR_BINARY[:] = [None, "no C compiler" if cc is None else "pkg-config has no libzmq"]
+            _PROGRAMS[name] = (None, "no C compiler" if cc is None else "pkg-config has no libzmq")
         else:
-            d = tempfile.mkdtemp(prefix="upcall-floor-")
-            atexit.register(shutil.rmtree, d, True)
-            out = os.path.join(d, "floor_pull")
-            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, src, *flags],
-                               capture_output=True, text=True)
-            _FLOOR_BINARY[:] = ([out, ""] if r.returncode == 0
-                                else [None, f"floor_pull.c did not compile: {r.stderr.strip()}"])
-    return _FLOOR_BINARY[0], _FLOOR_BINARY[1]
+            if not _PROGRAM_DIR:
+                d = tempfile.mkdtemp(prefix="upcall-floor-")
+                atexit.register(shutil.rmtree, d, True)
+                _PROGRAM_DIR.append(d)
+            out = os.path.join(_PROGRAM_DIR[0], name)
+            srcs = [os.path.join(here, name + ".c")] + [os.path.join(csrc, f)
+                                                          for f in C_PROGRAMS[name]]
+            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-I", csrc, "-o", out,
+                                *srcs, *flags, "-lpthread"], capture_output=True, text=True)
+            _PROGRAMS[name] = ((out, "") if r.returncode == 0
+                               else (None, f"{name}.c did not compile: {r.stderr.strip()}"))
+    return _PROGRAMS[name]
+
+
+def floor_binary() -> tuple[str | None, str]:
+    """(path of the compiled bench/floor_pull.c or None, why not)."""
+    return c_program("floor_pull")
 
 
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -234,14 +275,14 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     ub = _upcall_bus()
     zmq_ok = have_pyzmq()
     for m in wanted:
-        if m == FLOOR:
-            path, why = floor_binary()
+        if m in (FLOOR, PINGPONG):
+            path, why = c_program("floor_pull" if m == FLOOR else "floor_pingpong")
             if path is None:
                 notes.append(f"{m}: {why}")
             else:
                 ok.append(m)
             continue
-        if m in UPCALL_MODES:
+        if m in UPCALL_MODES or m == SYNTHETIC:
             if ub is None:
                 notes.append(f"{m}: upcall._bus not built")
                 continue
@@ -256,6 +297,56 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
             continue
         ok.append(m)
     return ok, notes
+
+
+# ---- coalescing: what this build has ---------------------------------------------
+
+NO_COALESCING = "n/a: this build has no coalescing"
+
+
+def coalesced_payload(message: bytes, k: int) -> bytes:
+    """k copies of one packed message as one coalesced payload (docs/wire.md,
+    ext 127: ``c9 <u32 BE length> 7f 01 <messages>``), built by hand."""
+    body = b"\x01" + message * k
+    return b"\xc9" + len(body).to_bytes(4, "big") + b"\x7f" + body
+
+
+_FEATURES: dict[str, Any] = {}
+
+
+def coalesced_receive(ub) -> bool:
+    """Whether this build's subscriptions split coalesced payloads (they then
+    count zmq messages apart: stats["zmq_received"], docs/wire.md)."""
+    if "rx" not in _FEATURES:
+        from upcall._bus import _synthetic_subscribe
+        with ub.Bus() as bus:
+            sub = _synthetic_subscribe(bus, lambda msg: None, count=1)
+            try:
+                _FEATURES["rx"] = "zmq_received" in sub.stats
+            finally:
+                sub.close()
+    return _FEATURES["rx"]
+
+
+def coalescing_kwargs(ub, delay: float | None = None) -> dict | None:
+    """publisher() keywords of a coalescing publisher (holding a message at
+    most ``delay`` seconds if given), or None if this build has none.  The
+    delay's keyword is tried as ``max_delay``, then ``linger``."""
+    key = ("tx", delay)
+    if key not in _FEATURES:
+        tries = [{"coalesce": True}] if delay is None else [
+            {"coalesce": True, "max_delay": delay}, {"coalesce": True, "linger": delay}]
+        _FEATURES[key] = None
+        for kw in tries:
+            try:
+                with ub.Bus() as bus:
+                    bus.publisher(f"inproc://upcall-bench-probe-{os.getpid()}", kind="push",
+                                  bind=True, **kw).close()
+            except TypeError:
+                continue
+            _FEATURES[key] = kw
+            break
+    return _FEATURES[key]
 
 
 # ---- endpoints ------------------------------------------------------------------
@@ -504,11 +595,23 @@ class FloodRun:
         self.ctx = None         # bus (upcall) or zmq context (pyzmq) owned by this run
         self.flood = None       # in-process flood socket / publisher
         self.endpoint = ""
+        # What the flood carries: n messages as n_zmq zmq messages of payload.
+        self.n, self.n_zmq, self.payload = bench.n, bench.n, bench.payload
+        if mode in COALESCED_MODES:
+            k = bench.coalesce_k
+            self.n_zmq = -(-bench.n // k)
+            self.n = self.n_zmq * k
+            one = bench.payload if mode == COALESCED else NIL
+            self.payload = coalesced_payload(one, k)
+        # Why this row cannot run in this build (printed, never a figure).
+        self.na = None
+        if mode in COALESCED_MODES and not coalesced_receive(bench.ub):
+            self.na = NO_COALESCING + " (receive side)"
 
     def _new_ctx(self):
-        if self.mode == FLOOR:
+        if self.mode in (FLOOR, PINGPONG):
             return None             # the C program has its own context
-        if self.mode in UPCALL_MODES:
+        if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
             return self.b.ub.Bus()
         import zmq
         return zmq.Context(1)
@@ -518,7 +621,7 @@ class FloodRun:
             self.flood.close()
             self.flood = None
         if self.ctx is not None:
-            if self.mode in UPCALL_MODES:
+            if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
                 self.ctx.close()
             else:
                 self.ctx.term()
@@ -527,29 +630,38 @@ class FloodRun:
     def prepare(self):
         self._drop_ctx()
         self.b.close_peer_flood()
-        self.endpoint = self.b.endpoints.new(self.transport)
+        if self.mode in NO_FLOOD_MODES or self.na:
+            return
         self.ctx = self._new_ctx()
-        n = self.b.n
+        if self.mode == SYNTHETIC:  # no zmq: the source makes the messages
+            gc.collect()
+            return
+        self.endpoint = self.b.endpoints.new(self.transport)
         if self.transport == "inproc":
             # inproc needs one context: the publisher is a thread of this
             # process on the subscriber's bus / context, done before we bind.
             fn = flood_upcall if self.mode in UPCALL_MODES else flood_zmq
             box = []
             t = threading.Thread(target=lambda: box.append(
-                fn(self.ctx, self.endpoint, n, self.b.payload)), name="bench-flood")
+                fn(self.ctx, self.endpoint, self.n_zmq, self.payload)), name="bench-flood")
             t.start()
             t.join()
             if not box:
                 raise RuntimeError("in-process flood publisher failed")
             self.flood = box[0]
         else:
-            self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=n)
+            extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
+            self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=self.n_zmq, **extra)
             self.b.peer_flooding = True
         gc.collect()
 
+    def _not_measured(self, why: str | None) -> dict:
+        return {"delivered": 0, "lost": None, "complete": False, "wall": 0.0, "stats": {},
+                "seconds": math.nan, "rate": math.nan, "cpu_us_per_msg": math.nan, "na": why}
+
     def _run_floor(self) -> dict:
         """The C floor: bench/floor_pull.c drains the flood in its own process."""
-        n = self.b.n
+        n = self.n
         t0 = time.perf_counter()
         r = subprocess.run([floor_binary()[0], self.endpoint, str(n)], capture_output=True,
                            text=True, timeout=STALL_SECONDS + 600)
@@ -568,12 +680,25 @@ class FloodRun:
         return res
 
     def run(self) -> dict:
+        if self.mode in NO_FLOOD_MODES:
+            return self._not_measured(None)
+        if self.na:
+            return self._not_measured(self.na)
         if self.mode == FLOOR:
             return self._run_floor()
-        n = self.b.n
+        n = self.n
         c = Counting(n)
         t0 = time.perf_counter()
-        if self.mode in ASYNC_MODES:
+        if self.mode == SYNTHETIC:
+            from upcall._bus import _synthetic_subscribe
+            kw = {} if self.b.batch is None else {"batch": self.b.batch}
+            sub = _synthetic_subscribe(self.ctx, c.target, count=n, payload=self.payload, **kw)
+            try:
+                ok = c.wait()
+                stats = dict(sub.stats)
+            finally:
+                sub.close(timeout=5.0)
+        elif self.mode in ASYNC_MODES:
             ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch)
         elif self.mode in UPCALL_MODES:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
@@ -619,6 +744,8 @@ class PingRun:
     def run(self) -> dict:
         if self.mode in NO_RTT_MODES:
             return {}               # round trips are not measured for these rows
+        if self.mode == COALESCED and coalescing_kwargs(self.b.ub, COALESCE_DELAY) is None:
+            return {"na": NO_COALESCING + " (send side)"}
         if self.b.pin is None:
             return self._run()
         pids = [self.b.peer.pid] if self.b.peer is not None else []
@@ -627,10 +754,22 @@ class PingRun:
 
     def _run(self) -> dict:
         b = self.b
+        if self.mode == PINGPONG:
+            return self._run_c()
         ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
         payload = b.payload
         upcall_row = self.mode in UPCALL_MODES
-        if upcall_row:
+        if self.mode == COALESCED:
+            # The reply goes through a coalescing publisher: it waits up to
+            # COALESCE_DELAY for company that never comes (one in flight).
+            ctx = b.ub.Bus()
+            pub = ctx.publisher(pong_ep, kind="push", bind=True,
+                                **coalescing_kwargs(b.ub, COALESCE_DELAY))
+            send = pub.send
+
+            def reply(msg):
+                send(TOPIC, msg)
+        elif upcall_row:
             ctx = b.ub.Bus()
             pub = ctx.publisher(pong_ep, kind="push", bind=True, linger=0.0)
             send_packed = pub.send_packed
@@ -672,6 +811,32 @@ class PingRun:
             else:
                 ctx.term()
         return res
+
+    def _run_c(self) -> dict:
+        """The round-trip floor: bench/floor_pingpong.c answering itself, two
+        processes (one process, two threads, over inproc)."""
+        b = self.b
+        prog = c_program("floor_pingpong")[0]
+        hexed = b.payload.hex()
+        limit = STALL_SECONDS + 600
+        if self.transport == "inproc":
+            r = subprocess.run([prog, "inproc", str(b.rtt), str(b.warmup), hexed],
+                               capture_output=True, text=True, timeout=limit)
+        else:
+            ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
+            pong = subprocess.Popen([prog, "pong", ping_ep, pong_ep, str(b.rtt + b.warmup)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                r = subprocess.run([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
+                                    hexed], capture_output=True, text=True, timeout=limit)
+                pong.wait(timeout=STALL_SECONDS + 5)
+            finally:
+                if pong.poll() is None:
+                    pong.kill()
+                    pong.wait()
+        if r.returncode != 0:
+            raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
+        return latency_summary(json.loads(r.stdout)["samples_ns"])
 
     def _ping_in_process(self, ctx, ping_ep, pong_ep, poll) -> dict:
         b = self.b
@@ -717,6 +882,9 @@ class BusBench:
             [m for m in opt("bus_modes", ",".join(MODES)).split(",") if m])
         self.ub = _upcall_bus()
         self.payload = small_payload()
+        self.coalesce_k = opt("bus_coalesce_k", COALESCE_K)
+        self.publish = not opt("bus_no_publish", False)
+        self.publish_n = opt("bus_publish_n", self.n)
         self.endpoints = Endpoints()
         self.peer: PeerProcess | None = None
         self.peer_backend = opt("bus_peer")
@@ -742,7 +910,10 @@ class BusBench:
 
     def modes_for(self, transport: str) -> list[str]:
         """The rows of one transport: the C floor needs a peer process."""
-        return [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+        modes = [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+        if not self.latency:
+            modes = [m for m in modes if m not in NO_FLOOD_MODES]
+        return modes
 
     def run_transport(self, transport: str) -> list[dict]:
         modes = self.modes_for(transport)
@@ -755,8 +926,9 @@ class BusBench:
             for rep in range(self.repeats):
                 round_modes = [m for r, m in order if r == rep]
                 for mode in round_modes:
-                    res, info = self._stable(FloodRun(self, transport, mode))
-                    res["info"] = info
+                    job = FloodRun(self, transport, mode)
+                    res, info = self._stable(job)
+                    res["info"], res["n"] = info, job.n
                     disturbed[mode] += info.disturbed
                     flood[mode].append(res)
                     shown.step(f"flood {mode}")
@@ -771,17 +943,21 @@ class BusBench:
     def _records(self, transport, flood, ping, disturbed) -> list[dict]:
         recs = []
         for mode in flood:
+            na = sorted({r["na"] for r in flood[mode] + ping[mode] if r.get("na")})
+            lost = [r["lost"] for r in flood[mode] if r["lost"] is not None]
             rate = measure.summarize(r["rate"] for r in flood[mode])
             cpu = measure.summarize(r["cpu_us_per_msg"] for r in flood[mode])
             secs = measure.summarize(r["seconds"] for r in flood[mode])
             p50 = measure.summarize(r.get("p50_us") for r in ping[mode])
             p99 = measure.summarize(r.get("p99_us") for r in ping[mode])
             recs.append({
-                "transport": transport, "mode": mode, "n": self.n,
+                "transport": transport, "mode": mode,
+                "n": flood[mode][0].get("n", self.n) if flood[mode] else self.n,
                 "repeats": self.repeats,
                 "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
                 "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
-                "lost": sum(r["lost"] for r in flood[mode]),
+                "lost": sum(lost) if lost else None,
+                "na": "; ".join(na) or None,
                 "p50_us": p50.median, "p50_us_min": p50.min, "p50_us_max": p50.max,
                 "p99_us": p99.median, "p99_us_min": p99.min, "p99_us_max": p99.max,
                 "round_trips": self.rtt if self.latency else 0,
@@ -790,11 +966,19 @@ class BusBench:
                 "disturbed_runs": disturbed[mode],
                 "_s": {"rate": rate, "cpu": cpu, "p50": p50, "p99": p99},
             })
-        ref = next((r for r in recs if r["mode"] == REFERENCE), None)
+        by_mode = {r["mode"]: r for r in recs}
+        ref, floor = by_mode.get(REFERENCE, {}), by_mode.get(FLOOR, {})
+        synth, pp = by_mode.get(SYNTHETIC, {}), by_mode.get(PINGPONG, {})
         for r in recs:
-            r["rate_ratio"] = report.ratio(r["rate"], ref["rate"]) if ref else math.nan
-            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref["cpu_us_per_msg"]) if ref else math.nan
-            r["p50_ratio"] = report.ratio(r["p50_us"], ref["p50_us"]) if ref else math.nan
+            r["rate_ratio"] = report.ratio(r["rate"], ref.get("rate"))
+            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref.get("cpu_us_per_msg"))
+            r["p50_ratio"] = report.ratio(r["p50_us"], ref.get("p50_us"))
+            # The physical floors of the same run (issue 13).
+            r["rate_floor_ratio"] = report.ratio(r["rate"], floor.get("rate"))
+            r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
+            r["rate_synth_ratio"] = report.ratio(r["rate"], synth.get("rate"))
+            r["p50_pingpong_ratio"] = report.ratio(r["p50_us"], pp.get("p50_us"))
+            r["p99_pingpong_ratio"] = report.ratio(r["p99_us"], pp.get("p99_us"))
         return recs
 
     def print_table(self, transport: str, recs: list[dict]) -> None:
@@ -803,24 +987,32 @@ class BusBench:
             report.Column("mode"),
             report.Column("rate", "msgs/s (min-max)", get=lambda r: r["_s"]["rate"],
                           fmt=lambda s: rng(s, report.fmt_rate), align=">"),
-            report.Column("rate_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("rate_ratio", "x pyzmq", fmt=report.fmt_ratio),
+            report.Column("rate_floor_ratio", "x C", fmt=report.fmt_ratio),
+            report.Column("rate_synth_ratio", "x syn", fmt=report.fmt_ratio),
             report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
                           fmt=lambda s: rng(s, report.fmt_us), align=">"),
-            report.Column("cpu_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("cpu_ratio", "x pyzmq", fmt=report.fmt_ratio),
+            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio),
             report.Column("lost", "lost"),
         ]
         if self.latency:
             cols += [
                 report.Column("p50", "p50 us", get=lambda r: r["_s"]["p50"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),
-                report.Column("p50_ratio", "x", fmt=report.fmt_ratio),
+                report.Column("p50_ratio", "x pyzmq", fmt=report.fmt_ratio),
+                report.Column("p50_pingpong_ratio", "x C pp", fmt=report.fmt_ratio),
                 report.Column("p99", "p99 us", get=lambda r: r["_s"]["p99"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),
             ]
         dist = sum(r["disturbed_runs"] for r in recs)
-        note = f"ratios: to {REFERENCE}" if any(r["mode"] == REFERENCE for r in recs) else None
+        note = (f"ratios: x pyzmq to {REFERENCE}, x C to {FLOOR} (rate, CPU), x syn to "
+                f"{SYNTHETIC} (rate), x C pp to {PINGPONG} (p50)")
         if dist:
-            note = (note + "; " if note else "") + f"{dist} run(s) kept although disturbed"
+            note += f"; {dist} run(s) kept although disturbed"
+        for r in recs:
+            if r["na"]:
+                note += f"\n   {r['mode']}: {r['na']}"
         title = (f"bus over {transport}: {self.n:,} msgs x {self.repeats}"
                  + (f", {self.rtt:,} round trips" if self.latency else "")
                  + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
@@ -833,6 +1025,25 @@ class BusBench:
                 print(f"   {a} / {b}: rate {report.fmt_ratio(report.ratio(ra['rate'], rb['rate']))}"
                       f", CPU per message "
                       f"{report.fmt_ratio(report.ratio(ra['cpu_us_per_msg'], rb['cpu_us_per_msg']))}")
+        self.print_checks(by_mode)
+
+    def print_checks(self, by_mode: dict) -> None:
+        """The ratios issue 13 asks about, from this table (no verdict on a
+        figure that is missing)."""
+        fr = report.fmt_ratio
+        coal, nil, native = by_mode.get(COALESCED), by_mode.get(COALESCED_NIL), by_mode.get("native")
+        if coal:
+            print(f"   {COALESCED} / {SYNTHETIC}: rate {fr(coal['rate_synth_ratio'])} (>= 0.8x); "
+                  f"CPU per message / {FLOOR} {fr(coal['cpu_floor_ratio'])} (<= 1.0x)")
+        if nil:
+            print(f"   {COALESCED_NIL} / {FLOOR}: rate {fr(nil['rate_floor_ratio'])} (>= 3x)")
+        if native and self.latency:
+            print(f"   native / {PINGPONG}: p50 {fr(native['p50_pingpong_ratio'])} (<= 1.1x)")
+        if coal and native and self.latency:
+            added = coal["p99_us"] - native["p99_us"]
+            text = "-" if math.isnan(added) else f"{added:+.0f} us"
+            print(f"   {COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
+                  f"p99 {text} over native (<= {COALESCE_DELAY * 1e6 + 50:.0f} us)")
 
     def _peer_label(self, transport):
         if transport == "inproc":
