@@ -19,6 +19,28 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       same flood in its own process: no decoding, no call;
                       ipc and tcp only (inproc needs this process's context)
 
+* ``c-pingpong``      the round-trip floor: two plain C libzmq processes
+                      (bench/floor_pingpong.c) answering each other with the
+                      same message, one in flight (two threads of one process
+                      over inproc); round trips only
+* ``synthetic``       the same payload through the synthetic source
+                      (``_synthetic_subscribe``) on the same delivery path
+                      (native thread, the same target): what delivery costs
+                      with no zmq at all; the same figure in every transport's
+                      table, measured again in each
+
+Coalescing (issue 13; a row this build cannot run prints
+"n/a: this build has no coalescing" and no figure):
+
+* ``coalesced``       upcall, native thread, on a flood of coalesced payloads
+                      (docs/wire.md, ext 127) of COALESCE_K (64) copies of the
+                      map each, built here by hand so that the receive figure
+                      does not depend on the publisher; its round trips are
+                      answered through a coalescing publisher that holds a
+                      message up to COALESCE_DELAY (1 ms): its p99 minus the
+                      ``native`` row's is the latency coalescing adds
+* ``coalesced-nil``   the same with nil payloads (what splitting alone costs)
+
 Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asyncio:
 
 * ``typed``           upcall, native thread, ``decoder=msgspec.msgpack.Decoder(Small).decode``
@@ -37,7 +59,8 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
 ``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
-table.  No round trips are measured for the asyncio rows and the C floor.
+table.  No round trips are measured for the asyncio rows, ``c-floor``,
+``synthetic`` and ``coalesced-nil``.
 
 it measures:
 
@@ -68,11 +91,30 @@ Round-trip latency
     library (it needs the row's context), so inproc latencies compare two
     different pingers and share one interpreter with the responder.
 
+Publishing (ipc and tcp; ``--bus-no-publish`` skips it)
+    The sending side: a sender in this process (a plain C ``zmq_send`` loop
+    in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
+    receiver that only counts (bench/count_pull.c, its own process; it
+    splits coalesced messages with the core's ``mp_skip``) and sends N
+    messages as fast as it can; nothing blocks, so the figure is the
+    sender's.  ``rate`` = N / (first send to last send returning, and
+    ``flush()`` for the coalescing rows); ``cpu_us_per_msg`` = the sender
+    process's CPU (its libzmq I/O thread included) over that span per
+    message; ``zmq msgs`` = zmq messages the receiver got; ``lost`` = N -
+    counted.  Rows: ``c-send``, ``pyzmq+msgspec send`` (``send(topic,
+    SNDMORE)`` + ``send(msgspec.msgpack.encode(obj))``), ``send``
+    (``Publisher.send(topic, obj)``), ``send_packed``, ``send_many`` (one
+    call for the N), ``send+coalesce`` and ``send_many+coalesce``
+    (``coalesce=True``).
+
 Variants are interleaved (A B C D E, B C D E A, ...), repeated, and reported
 as median (min-max); before each timed run the machine must be idle
 (``/proc/stat``) and a run disturbed by other processes is redone (see
-:mod:`bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
-same transport and the same run.
+:mod:`bench.measure`).  Ratios, all within one transport of one run: ``x
+pyzmq`` to the ``pyzmq+msgspec`` row (``pyzmq+msgspec send`` when
+publishing), ``x C`` to ``c-floor`` (rate and CPU per message; ``c-send``
+when publishing), ``x syn`` to ``synthetic`` (rate), ``x C pp`` to
+``c-pingpong`` (p50).  Under each table, the ratios issue 13 sets targets for.
 """
 from __future__ import annotations
 
