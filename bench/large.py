@@ -24,7 +24,14 @@ message is given over the payload size.  Over inproc publisher and
 subscriber share this process, same measure, and ``ms/msg`` shows what
 delivering one payload costs.
 
+``--huge`` adds 1000 MB payloads when the machine has about MEMORY_FACTOR
+(6) times that available, and otherwise prints why it skipped them.  The
+compression rows (lz4 against raw, compressible and random data, over
+loopback and over a 1 Gbit/s link between two network namespaces) follow
+in a table of their own: :mod:`bench.compression`.
+
     python bench_upcalls.py --large [--large-sizes 1,100] [--huge] [--large-transports ipc]
+    python bench_upcalls.py --large --large-compression only --large-sizes 1,100
 """
 from __future__ import annotations
 
