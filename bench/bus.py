@@ -401,7 +401,7 @@ def coalescing_kwargs(ub, delay: float | None = None) -> dict | None:
                 with ub.Bus() as bus:
                     bus.publisher(f"inproc://upcall-bench-probe-{os.getpid()}", kind="push",
                                   bind=True, **kw).close()
-            except TypeError:
+            except (TypeError, ValueError):     # no such keyword / not this combination
                 continue
             _FEATURES[key] = kw
             break
@@ -700,13 +700,24 @@ class FloodRun:
             # inproc needs one context: the publisher is a thread of this
             # process on the subscriber's bus / context, done before we bind.
             fn = flood_upcall if self.mode in UPCALL_MODES else flood_zmq
-            box = []
-            t = threading.Thread(target=lambda: box.append(
-                fn(self.ctx, self.endpoint, self.n_zmq, self.payload)), name="bench-flood")
+            box: list = []
+
+            def flood():
+                try:
+                    box.append(fn(self.ctx, self.endpoint, self.n_zmq, self.payload))
+                except Exception as exc:
+                    box.append(exc)
+            t = threading.Thread(target=flood, name="bench-flood")
             t.start()
             t.join()
             if not box:
                 raise RuntimeError("in-process flood publisher failed")
+            if isinstance(box[0], Exception):
+                if self.mode not in COALESCED_MODES:
+                    raise RuntimeError("in-process flood publisher failed") from box[0]
+                # A publisher that refuses a hand-built coalesced payload: say so.
+                self.na = f"n/a: the in-process flood failed: {box[0]}"
+                return
             self.flood = box[0]
         else:
             extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
