@@ -839,6 +839,8 @@ class PingRun:
 
             def reply(msg):
                 send(TOPIC, msg)
+
+            responder = _open_upcall_sub(ctx, b.ub, self.mode, ping_ep, reply, b.batch)
         elif upcall_row:
             ctx = b.ub.Bus()
             pub = ctx.publisher(pong_ep, kind="push", bind=True, linger=0.0)
