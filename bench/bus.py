@@ -1265,7 +1265,9 @@ class BusBench:
             na = sorted({r["na"] for r in runs[mode] if r.get("na")})
             zmq_msgs = [r["zmq_messages"] for r in runs[mode] if r.get("zmq_messages") is not None]
             recs.append({
-                "part": "publish", "transport": transport, "mode": mode, "n": self.publish_n,
+                # Its own section (``--json``, ``--plot``): sent, not delivered.
+                "section": "bus publishing", "part": "publish", "transport": transport,
+                "mode": mode, "n": self.publish_n,
                 "repeats": self.repeats,
                 "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
                 "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
