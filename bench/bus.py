@@ -91,7 +91,7 @@ Round-trip latency
     library (it needs the row's context), so inproc latencies compare two
     different pingers and share one interpreter with the responder.
 
-Publishing (ipc and tcp; ``--bus-no-publish`` skips it)
+Publishing (ipc and tcp; ``--bus-no-publish`` skips it; :mod:`bench.publish`)
     The sending side: a sender in this process (a plain C ``zmq_send`` loop
     in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
     receiver that only counts (bench/count_pull.c, its own process; it
@@ -118,7 +118,6 @@ when publishing), ``x syn`` to ``synthetic`` (rate), ``x C pp`` to
 """
 from __future__ import annotations
 
-import atexit
 import gc
 import itertools
 import json
@@ -132,10 +131,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from bench import measure, progress, report
+from bench import measure, progress, publish, report
+from bench.coalescing import NO_COALESCING, coalesced_payload, coalesced_receive, coalescing_kwargs
+from bench.floors import c_program, floor_binary
 from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, latency_summary,
                         ping_upcall, ping_zmq)
-from bench.workload import NIL, SMALL_MESSAGE, TOPIC, small_payload
+from bench.workload import NIL, TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
 #: Coalesced rows (issue 13): the flood's payloads are coalesced messages
@@ -268,49 +269,6 @@ _MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio
                   "zmq.asyncio-await"}
 
 
-_PROGRAMS: dict[str, tuple[str | None, str]] = {}   # name -> (path or None, why not)
-_PROGRAM_DIR: list[str] = []
-
-#: The C programs of the floors (bench/NAME.c) and the core sources each one needs.
-C_PROGRAMS = {"floor_pull": (), "floor_pingpong": (), "floor_push": (),
-              "count_pull": ("msgpack.c",)}
-
-
-def c_program(name: str) -> tuple[str | None, str]:
-    """(path of bench/NAME.c compiled, or None, why not), compiled once per
-    run with the C compiler and libzmq found by pkg-config, -Wall -Wextra
-    -Werror, beside the core sources it names in C_PROGRAMS (csrc/)."""
-    if name not in _PROGRAMS:
-        here = os.path.dirname(os.path.abspath(__file__))
-        csrc = os.path.join(os.path.dirname(here), "csrc")
-        cc = shutil.which(os.environ.get("CC", "cc"))
-        try:
-            flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
-                                   capture_output=True, text=True, check=True).stdout.split()
-        except (OSError, subprocess.CalledProcessError):
-            flags = None
-        if cc is None or flags is None:
-            _PROGRAMS[name] = (None, "no C compiler" if cc is None else "pkg-config has no libzmq")
-        else:
-            if not _PROGRAM_DIR:
-                d = tempfile.mkdtemp(prefix="upcall-floor-")
-                atexit.register(shutil.rmtree, d, True)
-                _PROGRAM_DIR.append(d)
-            out = os.path.join(_PROGRAM_DIR[0], name)
-            srcs = [os.path.join(here, name + ".c")] + [os.path.join(csrc, f)
-                                                          for f in C_PROGRAMS[name]]
-            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-I", csrc, "-o", out,
-                                *srcs, *flags, "-lpthread"], capture_output=True, text=True)
-            _PROGRAMS[name] = ((out, "") if r.returncode == 0
-                               else (None, f"{name}.c did not compile: {r.stderr.strip()}"))
-    return _PROGRAMS[name]
-
-
-def floor_binary() -> tuple[str | None, str]:
-    """(path of the compiled bench/floor_pull.c or None, why not)."""
-    return c_program("floor_pull")
-
-
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     """(modes that can run here, notes on the ones that cannot)."""
     ok, notes = [], []
@@ -339,73 +297,6 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
             continue
         ok.append(m)
     return ok, notes
-
-
-def available_publish_modes() -> tuple[list[str], list[str]]:
-    """(publishing rows that can run here, notes on the ones that cannot)."""
-    for prog in ("count_pull", "floor_push"):
-        path, why = c_program(prog)
-        if path is None:
-            return [], [f"publishing rows: {why}"]
-    ok, notes = [], []
-    for m in PUBLISH_MODES:
-        if m == PUB_REFERENCE and (not have_pyzmq() or _decoder(REFERENCE) is None):
-            notes.append(f"{m}: pyzmq or msgspec not installed")
-        elif m not in (PUB_FLOOR, PUB_REFERENCE) and _upcall_bus() is None:
-            notes.append(f"{m}: upcall._bus not built")
-        else:
-            ok.append(m)
-    return ok, notes
-
-
-# ---- coalescing: what this build has ---------------------------------------------
-
-NO_COALESCING = "n/a: this build has no coalescing"
-
-
-def coalesced_payload(message: bytes, k: int) -> bytes:
-    """k copies of one packed message as one coalesced payload (docs/wire.md,
-    ext 127: ``c9 <u32 BE length> 7f 01 <messages>``), built by hand."""
-    body = b"\x01" + message * k
-    return b"\xc9" + len(body).to_bytes(4, "big") + b"\x7f" + body
-
-
-_FEATURES: dict[str, Any] = {}
-
-
-def coalesced_receive(ub) -> bool:
-    """Whether this build's subscriptions split coalesced payloads (they then
-    count zmq messages apart: stats["zmq_received"], docs/wire.md)."""
-    if "rx" not in _FEATURES:
-        from upcall._bus import _synthetic_subscribe
-        with ub.Bus() as bus:
-            sub = _synthetic_subscribe(bus, lambda msg: None, count=1)
-            try:
-                _FEATURES["rx"] = "zmq_received" in sub.stats
-            finally:
-                sub.close()
-    return _FEATURES["rx"]
-
-
-def coalescing_kwargs(ub, delay: float | None = None) -> dict | None:
-    """publisher() keywords of a coalescing publisher (holding a message at
-    most ``delay`` seconds if given), or None if this build has none.  The
-    delay's keyword is tried as ``max_delay``, then ``linger``."""
-    key = ("tx", delay)
-    if key not in _FEATURES:
-        tries = [{"coalesce": True}] if delay is None else [
-            {"coalesce": True, "max_delay": delay}, {"coalesce": True, "linger": delay}]
-        _FEATURES[key] = None
-        for kw in tries:
-            try:
-                with ub.Bus() as bus:
-                    bus.publisher(f"inproc://upcall-bench-probe-{os.getpid()}", kind="push",
-                                  bind=True, **kw).close()
-            except (TypeError, ValueError):     # no such keyword / not this combination
-                continue
-            _FEATURES[key] = kw
-            break
-    return _FEATURES[key]
 
 
 # ---- endpoints ------------------------------------------------------------------
@@ -930,132 +821,6 @@ class PingRun:
         return box[0]
 
 
-# ---- one publishing run --------------------------------------------------------------
-
-PUB_FLOOR = "c-send"
-PUB_REFERENCE = "pyzmq+msgspec send"
-#: The publishing rows: a plain C zmq_send loop (bench/floor_push.c), the
-#: careful pyzmq loop (send(topic, SNDMORE) + send(msgspec.msgpack.encode(obj))),
-#: and upcall's Publisher: send(topic, obj), send_packed(topic, payload),
-#: send_many(topic, objs), uncoalesced and with coalesce=True.
-PUBLISH_MODES = [PUB_FLOOR, PUB_REFERENCE, "send", "send_packed", "send_many",
-                 "send+coalesce", "send_many+coalesce"]
-
-
-class PublishRun:
-    """prepare(): start the counting receiver (bench/count_pull.c, its own
-    process, bound); run(): connect a sender, send n messages as fast as it
-    can (SNDHWM 0: nothing blocks), time that, then let the receiver count
-    them (coalesced ones split), so that lost = n - counted."""
-
-    def __init__(self, bench: "BusBench", transport: str, mode: str):
-        self.b, self.transport, self.mode = bench, transport, mode
-        self.n = bench.publish_n
-        self.receiver: subprocess.Popen | None = None
-        self.endpoint = ""
-
-    def _stop_receiver(self):
-        if self.receiver is not None:
-            if self.receiver.poll() is None:
-                self.receiver.kill()
-            self.receiver.wait()
-            self.receiver.stdout.close()
-            self.receiver = None
-
-    def prepare(self):
-        self._stop_receiver()
-        self.endpoint = self.b.endpoints.new(self.transport)
-        self.receiver = subprocess.Popen([c_program("count_pull")[0], self.endpoint, str(self.n)],
-                                         stdout=subprocess.PIPE, text=True)
-        if self.receiver.stdout.readline().strip() != "ready":
-            raise RuntimeError("count_pull did not start")
-        gc.collect()
-
-    def _send_upcall(self) -> tuple[dict, Callable[[], None]] | str:
-        """(figures, close) or why this build cannot."""
-        ub, n = self.b.ub, self.n
-        kw = {}
-        if self.mode.endswith("+coalesce"):
-            kw = coalescing_kwargs(ub)
-            if kw is None:
-                return NO_COALESCING + " (send side)"
-        bus = ub.Bus()
-        pub = bus.publisher(self.endpoint, kind="push", bind=False, sndhwm=0, **kw)
-
-        def close():
-            pub.close()
-            bus.close()
-        if self.mode.startswith("send_many") and not hasattr(pub, "send_many"):
-            close()
-            return NO_COALESCING + " (no send_many)"
-        obj, payload = SMALL_MESSAGE, self.b.payload
-        span = measure.CpuSpan.start()
-        if self.mode.startswith("send_many"):
-            pub.send_many(TOPIC, itertools.repeat(obj, n))
-        elif self.mode == "send_packed":
-            send_packed = pub.send_packed
-            for _ in range(n):
-                send_packed(TOPIC, payload)
-        else:
-            send = pub.send
-            for _ in range(n):
-                send(TOPIC, obj)
-        if kw:
-            pub.flush()
-        span.stop()
-        return {"seconds": span.wall, "cpu": span.cpu}, close
-
-    def _send_pyzmq(self) -> tuple[dict, Callable[[], None]]:
-        import msgspec
-        import zmq
-        ctx = zmq.Context(1)
-        sock = ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.LINGER, -1)
-        sock.connect(self.endpoint)
-
-        def close():
-            sock.close()
-            ctx.term()
-        send, more, encode, obj = sock.send, zmq.SNDMORE, msgspec.msgpack.encode, SMALL_MESSAGE
-        span = measure.CpuSpan.start()
-        for _ in range(self.n):
-            send(TOPIC, more)
-            send(encode(obj))
-        span.stop()
-        return {"seconds": span.wall, "cpu": span.cpu}, close
-
-    def run(self) -> dict:
-        n = self.n
-        close = None
-        try:
-            if self.mode == PUB_FLOOR:
-                r = subprocess.run([c_program("floor_push")[0], self.endpoint, str(n),
-                                    self.b.payload.hex()],
-                                   capture_output=True, text=True, timeout=STALL_SECONDS + 600)
-                if r.returncode != 0:
-                    raise RuntimeError(f"floor_push failed: {r.stderr.strip()}")
-                sent = json.loads(r.stdout)
-            elif self.mode == PUB_REFERENCE:
-                sent, close = self._send_pyzmq()
-            else:
-                got = self._send_upcall()
-                if isinstance(got, str):
-                    return {"lost": None, "rate": math.nan, "cpu_us_per_msg": math.nan,
-                            "seconds": math.nan, "na": got, "zmq_messages": None}
-                sent, close = got
-            out = json.loads(self.receiver.stdout.readline() or "{}")
-            self.receiver.wait(timeout=60)
-        finally:
-            if close is not None:
-                close()
-            self._stop_receiver()
-        delivered = out.get("delivered", 0)
-        return {"lost": n - delivered, "zmq_messages": out.get("zmq_messages"),
-                "seconds": sent["seconds"], "rate": n / sent["seconds"],
-                "cpu_us_per_msg": sent["cpu"] / n * 1e6}
-
-
 # ---- the section ------------------------------------------------------------------
 
 class BusBench:
@@ -1081,7 +846,7 @@ class BusBench:
         self.ub = _upcall_bus()
         self.payload = small_payload()
         self.coalesce_k = opt("bus_coalesce_k", COALESCE_K)
-        self.publish_modes, publish_notes = available_publish_modes()
+        self.publish_modes, publish_notes = publish.available_modes(self.ub)
         self.notes += publish_notes
         self.publish = not opt("bus_no_publish", False)
         self.publish_n = opt("bus_publish_n", self.n)
@@ -1228,92 +993,24 @@ class BusBench:
         self.print_checks(by_mode)
 
     def print_checks(self, by_mode: dict) -> None:
-        """The ratios issue 13 asks about, from this table (no verdict on a
-        figure that is missing)."""
+        """The ratios issue 13 sets targets for, where both rows are in the table."""
         fr = report.fmt_ratio
         coal, nil, native = by_mode.get(COALESCED), by_mode.get(COALESCED_NIL), by_mode.get("native")
-        if coal:
-            print(f"   {COALESCED} / {SYNTHETIC}: rate {fr(coal['rate_synth_ratio'])} (>= 0.8x); "
-                  f"CPU per message / {FLOOR} {fr(coal['cpu_floor_ratio'])} (<= 1.0x)")
-        if nil:
+        floor, synth, pp = (m in by_mode for m in (FLOOR, SYNTHETIC, PINGPONG))
+        if coal and synth:
+            print(f"   {COALESCED} / {SYNTHETIC}: rate {fr(coal['rate_synth_ratio'])} (>= 0.8x)")
+        if coal and floor:
+            print(f"   {COALESCED} / {FLOOR}: CPU per message {fr(coal['cpu_floor_ratio'])} "
+                  f"(<= 1.0x)")
+        if nil and floor:
             print(f"   {COALESCED_NIL} / {FLOOR}: rate {fr(nil['rate_floor_ratio'])} (>= 3x)")
-        if native and self.latency:
+        if native and pp:
             print(f"   native / {PINGPONG}: p50 {fr(native['p50_pingpong_ratio'])} (<= 1.1x)")
         if coal and native and self.latency:
             added = coal["p99_us"] - native["p99_us"]
             text = "-" if math.isnan(added) else f"{added:+.0f} us"
             print(f"   {COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
                   f"p99 {text} over native (<= {COALESCE_DELAY * 1e6 + 50:.0f} us)")
-
-    def run_publish(self, transport: str) -> list[dict]:
-        """The publishing rows of one transport, interleaved and repeated."""
-        modes = self.publish_modes
-        runs: dict[str, list] = {m: [] for m in modes}
-        disturbed: dict[str, int] = {m: 0 for m in modes}
-        order = list(measure.interleave(modes, self.repeats))
-        with progress.Progress(f"publishing {transport}", len(order)) as shown:
-            for _, mode in order:
-                res, info = self._stable(PublishRun(self, transport, mode))
-                disturbed[mode] += info.disturbed
-                runs[mode].append(res)
-                shown.step(f"send {mode}")
-        recs = []
-        for mode in modes:
-            rate = measure.summarize(r["rate"] for r in runs[mode])
-            cpu = measure.summarize(r["cpu_us_per_msg"] for r in runs[mode])
-            lost = [r["lost"] for r in runs[mode] if r["lost"] is not None]
-            na = sorted({r["na"] for r in runs[mode] if r.get("na")})
-            zmq_msgs = [r["zmq_messages"] for r in runs[mode] if r.get("zmq_messages") is not None]
-            recs.append({
-                # Its own section (``--json``, ``--plot``): sent, not delivered.
-                "section": "bus publishing", "part": "publish", "transport": transport,
-                "mode": mode, "n": self.publish_n,
-                "repeats": self.repeats,
-                "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
-                "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
-                "lost": sum(lost) if lost else None, "na": "; ".join(na) or None,
-                "zmq_messages": zmq_msgs[-1] if zmq_msgs else None,
-                "disturbed_runs": disturbed[mode], "_s": {"rate": rate, "cpu": cpu},
-            })
-        by_mode = {r["mode"]: r for r in recs}
-        ref, floor = by_mode.get(PUB_REFERENCE, {}), by_mode.get(PUB_FLOOR, {})
-        for r in recs:
-            r["rate_ratio"] = report.ratio(r["rate"], ref.get("rate"))
-            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref.get("cpu_us_per_msg"))
-            r["rate_floor_ratio"] = report.ratio(r["rate"], floor.get("rate"))
-            r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
-        return recs
-
-    def print_publish_table(self, transport: str, recs: list[dict]) -> None:
-        rng = report.fmt_range
-        cols = [
-            report.Column("mode"),
-            report.Column("rate", "msgs/s (min-max)", get=lambda r: r["_s"]["rate"],
-                          fmt=lambda s: rng(s, report.fmt_rate), align=">"),
-            report.Column("rate_ratio", "x pyzmq", fmt=report.fmt_ratio),
-            report.Column("rate_floor_ratio", "x C", fmt=report.fmt_ratio),
-            report.Column("cpu", "sender CPU us/msg", get=lambda r: r["_s"]["cpu"],
-                          fmt=lambda s: rng(s, report.fmt_us), align=">"),
-            report.Column("cpu_ratio", "x pyzmq", fmt=report.fmt_ratio),
-            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio),
-            report.Column("zmq_messages", "zmq msgs"),
-            report.Column("lost", "lost"),
-        ]
-        note = f"ratios: x pyzmq to {PUB_REFERENCE}, x C to {PUB_FLOOR}"
-        dist = sum(r["disturbed_runs"] for r in recs)
-        if dist:
-            note += f"; {dist} run(s) kept although disturbed"
-        for r in recs:
-            if r["na"]:
-                note += f"\n   {r['mode']}: {r['na']}"
-        title = (f"publishing over {transport}: {self.publish_n:,} msgs x {self.repeats}, "
-                 f"sender = this process, receiver = bench/count_pull.c")
-        report.print_table(recs, cols, title=title, note=note)
-        by_mode = {r["mode"]: r for r in recs}
-        for mode, want in (("send+coalesce", ">= 4x"), ("send", ">= 1.5x")):
-            if mode in by_mode:
-                print(f"   {mode} / {PUB_REFERENCE}: rate "
-                      f"{report.fmt_ratio(by_mode[mode]['rate_ratio'])} ({want})")
 
     def _peer_label(self, transport):
         if transport == "inproc":
@@ -1336,8 +1033,8 @@ class BusBench:
                 self.print_table(transport, recs)
                 records += recs
                 if self.publish and self.publish_modes and transport != "inproc":
-                    recs = self.run_publish(transport)
-                    self.print_publish_table(transport, recs)
+                    recs = publish.run(self, transport)
+                    publish.print_table(self, transport, recs)
                     records += recs
         finally:
             if self.peer is not None:

@@ -14,6 +14,9 @@ import pytest
 from bench_package import bench_module
 
 bus = bench_module("bus")
+coalescing = bench_module("coalescing")
+floors = bench_module("floors")
+publish = bench_module("publish")
 measure = bench_module("measure")
 report = bench_module("report")
 
@@ -54,7 +57,7 @@ def test_quick_run_produces_records(capsys):
         if r["na"]:
             # Only the coalesced rows may wait for a build that has coalescing,
             # and they say so instead of showing a figure.
-            assert r["mode"] in bus.COALESCED_MODES and bus.NO_COALESCING in r["na"], r
+            assert r["mode"] in bus.COALESCED_MODES and coalescing.NO_COALESCING in r["na"], r
             assert r["mode"] + ": " + r["na"].split(";")[0] in out
         if r["mode"] == bus.PINGPONG:         # round trips only
             assert math.isnan(r["rate"]) and r["lost"] is None
@@ -85,22 +88,22 @@ def test_quick_run_produces_records(capsys):
     assert f"native / {bus.PINGPONG}: p50 " in out
 
     # The sending side, over every transport but inproc.
-    publish = [r for r in records if r.get("part") == "publish"]
-    pmodes, _ = bus.available_publish_modes()
-    assert {(r["transport"], r["mode"]) for r in publish} == {
+    sent = [r for r in records if r.get("part") == "publish"]
+    pmodes, _ = publish.available_modes(bus._upcall_bus())
+    assert {(r["transport"], r["mode"]) for r in sent} == {
         (t, m) for t in bus.TRANSPORTS if t != "inproc" for m in pmodes}
-    for r in publish:
+    for r in sent:
         if r["na"]:
             assert "coalesce" in r["mode"] or r["mode"] == "send_many", r
-            assert bus.NO_COALESCING in r["na"] and r["lost"] is None
+            assert coalescing.NO_COALESCING in r["na"] and r["lost"] is None
         else:
             assert r["lost"] == 0, r
             assert r["rate"] > 0 and r["cpu_us_per_msg"] > 0
             assert r["zmq_messages"] >= 1
-        if r["mode"] in (bus.PUB_FLOOR, bus.PUB_REFERENCE, "send", "send_packed"):
+        if r["mode"] in (publish.PUB_FLOOR, publish.PUB_REFERENCE, "send", "send_packed"):
             assert r["zmq_messages"] == r["n"]          # one zmq message per message
     assert "publishing over tcp" in out
-    assert f"send / {bus.PUB_REFERENCE}: rate " in out
+    assert f"send / {publish.PUB_REFERENCE}: rate " in out
 
 
 def test_coalesced_flood_payload_is_the_wire_format():
@@ -109,7 +112,7 @@ def test_coalesced_flood_payload_is_the_wire_format():
     msgpack = pytest.importorskip("msgpack")
     zmq = pytest.importorskip("zmq")
     one = bench_module("workload").small_payload()
-    payload = bus.coalesced_payload(one, 5)
+    payload = coalescing.coalesced_payload(one, 5)
 
     def ext_hook(code, data):
         if code == 127:
@@ -121,14 +124,14 @@ def test_coalesced_flood_payload_is_the_wire_format():
     msgs = msgpack.unpackb(payload, ext_hook=ext_hook)
     assert msgs == [msgpack.unpackb(one)] * 5
 
-    prog, why = bus.c_program("count_pull")
+    prog, why = floors.c_program("count_pull")
     if prog is None:
         pytest.skip(why)
     import subprocess
     sock_dir = tempfile.mkdtemp(prefix="upcall-count-")
     ep = f"ipc://{sock_dir}/c.sock"
     # 5 + 1 + 3 (nil x 3) + 1 (single frame) + the 2 before a cut = 12; one bad.
-    cut = bus.coalesced_payload(b"\xc0", 3)[:-1] + b"\x92"      # 2 nils, a truncated array
+    cut = coalescing.coalesced_payload(b"\xc0", 3)[:-1] + b"\x92"      # 2 nils, a truncated array
     cut = cut[:1] + (len(cut) - 6).to_bytes(4, "big") + cut[5:]
     proc = subprocess.Popen([prog, ep, "12"], stdout=subprocess.PIPE, text=True)
     try:
@@ -138,7 +141,7 @@ def test_coalesced_flood_payload_is_the_wire_format():
         s.connect(ep)
         s.send_multipart([b"t", payload])
         s.send_multipart([b"t", one])
-        s.send_multipart([b"t", bus.coalesced_payload(b"\xc0", 3)])
+        s.send_multipart([b"t", coalescing.coalesced_payload(b"\xc0", 3)])
         s.send(one)
         s.send_multipart([b"t", cut])
         out = json.loads(proc.stdout.readline())
@@ -154,7 +157,7 @@ def test_coalesced_flood_payload_is_the_wire_format():
 
 
 def test_c_pingpong_floor_over_inproc():
-    prog, why = bus.c_program("floor_pingpong")
+    prog, why = floors.c_program("floor_pingpong")
     if prog is None:
         pytest.skip(why)
     import subprocess
