@@ -20,13 +20,16 @@ import itertools
 import json
 import math
 import subprocess
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from bench import measure, progress, report
 from bench.coalescing import NO_COALESCING, coalescing_kwargs
 from bench.floors import c_program
 from bench.peer import have_pyzmq
 from bench.workload import SMALL_MESSAGE, TOPIC
+
+if TYPE_CHECKING:
+    from bench.bus import BusBench
 
 #: Longest a C sender may take, beyond the receiver's own 5 s stall limit.
 SEND_TIMEOUT = 600
@@ -181,7 +184,7 @@ def available_modes(ub) -> tuple[list[str], list[str]]:
     return ok, notes
 
 
-def run(bench, transport: str) -> list[dict]:
+def run(bench: "BusBench", transport: str) -> list[dict]:
     """The publishing rows of one transport, interleaved and repeated."""
     modes = bench.publish_modes
     runs: dict[str, list] = {m: [] for m in modes}
@@ -220,7 +223,7 @@ def run(bench, transport: str) -> list[dict]:
         r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
     return recs
 
-def print_table(bench, transport: str, recs: list[dict]) -> None:
+def print_table(bench: "BusBench", transport: str, recs: list[dict]) -> None:
     rng = report.fmt_range
     cols = [
         report.Column("mode"),
