@@ -135,6 +135,7 @@ class Sent:
 
 DEFAULT_OOB_THRESHOLD: int
 MAX_OOB_FRAMES: int
+COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...
 
@@ -168,6 +169,7 @@ class Bus:
         socket_options: Mapping[str, int] | None = None,
         decoder: PayloadDecoder | None = None,
         raw: bool = False,
+        copy: bool = False,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -189,6 +191,7 @@ class Bus:
         decoder: PayloadDecoder | None = None,
         raw: bool = False,
         queue_size: int | None = None,
+        copy: bool = False,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(
@@ -206,6 +209,7 @@ class Bus:
         encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
         socket_options: Mapping[str, int] | None = None,
         oob_threshold: int | None = ...,
+        compression: Literal["lz4"] | None = None,
     ) -> Publisher: ...
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...

@@ -373,7 +373,7 @@ static int test_split_with_frames(void)
     CHECK(p);
     unsigned char buf[32];
     size_t n = coalesced(buf, 1, "\x01\x02", 2);
-    uc_oob_frame f = {"blob", 4, NULL};
+    uc_oob_frame f = {.data = "blob", .size = 4};
     CHECK_EQ(uc_pub_send_frames(p, "t", 1, buf, n, &f, 1, -1), UC_OK);
     CHECK_EQ(uc_pub_send(p, "t", 1, "\x2a", 1, -1), UC_OK);
     CHECK(pieces_wait(&c, 2));
