@@ -71,7 +71,7 @@ typedef struct uc_msg {
     size_t n_extra;
     size_t n_frames;        /* frames on the wire; > 2 + n_extra when truncated */
     /* A message split from a coalesced payload (docs/wire.md, ext 127;
-     * coalesce.h): `wire` is that zmq payload frame, `payload` a slice of it
+     * split.h): `wire` is that zmq payload frame, `payload` a slice of it
      * (NULL for a message that is its zmq message's own payload).  fault != 0:
      * not a message but the report of a coalesced payload that breaks at byte
      * fault_offset of `wire` (SIZE_MAX: at no byte), after the messages before

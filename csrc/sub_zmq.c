@@ -8,7 +8,7 @@
  * batch (a paused poll) stays in the pool, frames and all, and is handed
  * over before anything new is received.
  *
- * A coalesced payload (coalesce.h) is split while the batch is filled, one
+ * A coalesced payload (split.h) is split while the batch is filled, one
  * entry per message, each a slice of the zmq frame.  When the batch fills
  * up in the middle of one, the rest goes into the next batch: its zmq
  * message stays in the pool (moved to the front when the batch before is
@@ -28,7 +28,7 @@
 #include <zmq.h>
 
 #include "bus_impl.h"
-#include "coalesce.h"
+#include "split.h"
 #include "oob_impl.h"
 #include "util.h"
 

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the splitter of coalesced payloads (coalesce.c).
+/* libFuzzer harness for the splitter of coalesced payloads (split.c).
  *
  * For any input: the split never reads out of bounds and ends; the messages
  * it yields are consecutive slices of the payload, each exactly one msgpack
@@ -9,7 +9,7 @@
  * the version byte the messages cover; and message by message with mp_skip
  * (the same ends, the same faults at the same offsets) up to the first
  * message mp_skip refuses for its depth or a timestamp. */
-#include "coalesce.h"
+#include "split.h"
 #include "msgpack.h"
 
 #include <stdint.h>

@@ -154,7 +154,7 @@ cdef extern from "bus.h" nogil:
     const char *uc_pub_last_endpoint(const uc_pub *pub)
 
 
-cdef extern from "coalesce.h" nogil:
+cdef extern from "split.h" nogil:
     # Coalesced payloads (docs/wire.md, ext 127): a uc_msg's fault code.
     enum:
         UC_SPLIT_ERR_VERSION

@@ -1,5 +1,5 @@
-/* The splitter of coalesced payloads (coalesce.h, docs/wire.md ext 127). */
-#include "coalesce.h"
+/* The splitter of coalesced payloads (split.h, docs/wire.md ext 127). */
+#include "split.h"
 
 #include <stdint.h>
 

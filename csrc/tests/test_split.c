@@ -1,7 +1,7 @@
 /* C tests of coalesced payloads (docs/wire.md, ext 127): the splitter
- * (coalesce.c) on its own, then a PULL subscription splitting what a PUSH
+ * (split.c) on its own, then a PULL subscription splitting what a PUSH
  * publisher sends, across batches, in thread and caller mode. */
-#include "coalesce.h"
+#include "split.h"
 #include "msgpack.h"
 #include "oob.h"
 

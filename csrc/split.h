@@ -11,8 +11,8 @@
  * messages before the fault, then the fault (a code and the byte offset in
  * the payload), then nothing more.
  */
-#ifndef UPCALL_COALESCE_H
-#define UPCALL_COALESCE_H
+#ifndef UPCALL_SPLIT_H
+#define UPCALL_SPLIT_H
 
 #include <stddef.h>
 
