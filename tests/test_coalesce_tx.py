@@ -458,3 +458,40 @@ def test_fork_child_publisher_is_inert(bus, receiver):
     assert os.waitstatus_to_exitcode(status) == 0
     pub.send(b"t", "after")
     assert [m for _, m in r.wait(2)] == ["before", "after"]
+
+
+# ---- Ctrl-C ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["send", "flush"])
+def test_ctrl_c_while_a_batch_waits(bus, method):
+    # A bound PUSH with no peer: a full batch cannot go, and the next send
+    # (or a flush) blocks on it until Ctrl-C; the interrupted message is not
+    # taken, the pending one is not lost.
+    import _thread
+    pub = publisher(bus, "tcp://127.0.0.1:*", bind=True, max_batch=1, max_delay=None)
+    pub.send(b"t", "pending")
+    assert pub.pending == 1
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if method == "send":
+                pub.send(b"t", "interrupted", timeout=DEADLINE)
+            else:
+                pub.flush(timeout=DEADLINE)
+    finally:
+        timer.cancel()
+    assert pub.pending == 1
+    ctx = zmq.Context()
+    try:
+        pull = ctx.socket(zmq.PULL)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.setsockopt(zmq.RCVTIMEO, int(DEADLINE * 1000))
+        pull.connect(pub.last_endpoint)
+        pub.send(b"t", "after", timeout=DEADLINE)
+        pub.flush(timeout=DEADLINE)
+        got = [split(pull.recv_multipart()[1]) for _ in range(2)]
+        assert got == [["pending"], ["after"]]
+        pull.close()
+    finally:
+        ctx.term()

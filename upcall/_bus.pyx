@@ -729,7 +729,9 @@ A zmq context and every subscription and publisher opened on it.
         ``send_packed``, goes after its topic's pending batch); at most 64
         topics have a batch pending at once, a new one past that sends the
         oldest batch first.  A PUB socket at its high-water mark drops whole
-        batches; PUSH waits as a send does.  ``max_batch`` and ``max_bytes``
+        batches; PUSH waits as a send does.  Payloads must be msgpack to be
+        coalesced: the built-in encoder's, or an ``encoder=`` that writes
+        msgpack (e.g. msgspec's).  ``max_batch`` and ``max_bytes``
         also size :meth:`Publisher.send_many`'s batches without coalescing.
         """
         cdef uc_pub_opts o

@@ -199,6 +199,11 @@ cdef class Publisher:
         ``wait()`` for it); ``copy=True`` copies them instead, and they are
         free when send returns.  Returns a :class:`Sent` when the message
         holds such buffers, else None (as before: nothing to wait for).
+
+        On a publisher made with ``coalesce=True`` the message joins its
+        topic's pending batch (see :meth:`Bus.publisher`); the send waits
+        (per ``timeout``) only when a batch in its way cannot go.  A message
+        with out-of-band buffers goes alone, after its topic's batch.
         """
         cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
         cdef const char *tb
