@@ -8,6 +8,9 @@ be added as one more receiver.
 
 Real libzmq sockets; every wait is on a condition with a deadline."""
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import msgpack
@@ -15,7 +18,7 @@ import pytest
 import zmq
 
 import upcall
-from helpers import DEADLINE, MODES, mode_kwargs, wait_for
+from helpers import DEADLINE, MODES, mode_kwargs, script_env, wait_for
 
 HEADER = 7   # c9 <u32> 7f 01
 
@@ -216,6 +219,24 @@ def test_bus_close_sends_pending(receiver):
         for i in range(10):
             pub.send(b"t", i)
         assert pub.pending == 10
+    assert [m for _, m in r.wait(10)] == list(range(10))
+
+
+def test_interpreter_exit_sends_pending(receiver):
+    # A program that never closes: the bus closed at exit sends the batches.
+    r = receiver()
+    script = textwrap.dedent(f"""
+        import upcall
+        bus = upcall.Bus()
+        pub = bus.publisher({r.endpoint!r}, kind="push", bind=False, coalesce=True,
+                            max_delay=None)
+        for i in range(10):
+            pub.send(b"t", i)
+        assert pub.pending == 10
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], env=script_env(),
+                          capture_output=True, text=True, timeout=DEADLINE)
+    assert proc.returncode == 0, proc.stderr
     assert [m for _, m in r.wait(10)] == list(range(10))
 
 
