@@ -385,7 +385,8 @@ int uc_pub_send_ex(uc_pub *pub, const void *topic, size_t topic_len,
  * UC_SEND_TRY as above. */
 int uc_pub_flush(uc_pub *pub, int timeout_ms, int flags);
 
-/* Messages waiting in open batches now (0 without coalescing). */
+/* Messages waiting in open batches now (0 without coalescing).  Never
+ * waits (not even for a sender blocked at the high-water mark). */
 size_t uc_pub_pending(uc_pub *pub);
 
 /* Readiness of a UC_PUB publisher: wait until its peers hold at least n

@@ -9,6 +9,7 @@
 int uc_coal_init(uc_coal *c, size_t max_topics, size_t max_batch, size_t max_bytes)
 {
     memset(c, 0, sizeof *c);
+    atomic_init(&c->messages, 0);
     /* The length field is a u32: a batch larger than that cannot be written. */
     if (!max_topics || !max_batch || max_bytes <= UC_BATCH_HEADER
         || max_bytes > (size_t)UINT32_MAX)
@@ -120,6 +121,7 @@ int uc_batch_append(uc_coal *c, uc_batch *b, const void *msg, size_t len, int64_
     memcpy(b->buf + b->len, msg, len);
     b->len += len;
     b->count++;
+    atomic_fetch_add_explicit(&c->messages, 1, memory_order_relaxed);
     return UC_OK;
 }
 
@@ -145,6 +147,7 @@ const char *uc_batch_payload(uc_batch *b, size_t *len)
 void uc_batch_clear(uc_coal *c, uc_batch *b)
 {
     if (b->count) {
+        atomic_fetch_sub_explicit(&c->messages, b->count, memory_order_relaxed);
         b->count = 0;
         c->pending--;
     }

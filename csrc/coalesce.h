@@ -14,6 +14,7 @@
 #ifndef UPCALL_COALESCE_H
 #define UPCALL_COALESCE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,9 @@ typedef struct uc_coal {
     size_t max_batch;   /* messages per batch, >= 1 */
     size_t max_bytes;   /* payload bytes per batch, header included */
     size_t pending;     /* batches with count > 0 */
+    /* Messages in them: written under the publisher's mutex, read without
+     * it (uc_pub_pending must not wait for a sender blocked at the mark). */
+    _Atomic size_t messages;
     uc_batch *last;     /* the slot used last: a sender of one topic finds it at once */
 } uc_coal;
 

@@ -202,6 +202,50 @@ static int test_arguments(void)
 
 typedef struct {
     uc_pub *p;
+    int rc;
+    atomic_int done;
+} blocked_sender;
+
+static void *blocked_send_thread(void *arg)
+{
+    blocked_sender *b = arg;
+    b->rc = uc_pub_send_ex(b->p, "t", 1, "\x02", 1, NULL, 0, -1, UC_SEND_COALESCE);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* uc_pub_pending while a sender waits at the mark with the mutex held: it
+ * answers at once (Python asks with the GIL held; the sender may wait for a
+ * subscription that needs the GIL). */
+static int test_pending_never_waits(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err;
+    uc_pub_opts po = coal_opts(ep, -1, 1);
+    po.bind = 1;
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(coal(p, "\x01"), UC_OK);           /* full, and no peer to take it */
+    blocked_sender b = {.p = p};
+    atomic_init(&b.done, 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, blocked_send_thread, &b), 0);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);                      /* most likely blocked by now */
+    CHECK_EQ(uc_pub_pending(p), 1);
+    CHECK(!atomic_load(&b.done));
+    uc_pub_shutdown(p);
+    CHECK(wait_atomic(&b.done, 1));
+    pthread_join(t, NULL);
+    CHECK_EQ(b.rc, UC_ERR_CLOSED);
+    uc_pub_cap_linger(p, 0);
+    uc_pub_close(p);
+    return 0;
+}
+
+typedef struct {
+    uc_pub *p;
     int n, rc;
 } csender;
 
@@ -256,6 +300,7 @@ int main(void)
     run("boundaries_flush_close", test_boundaries_flush_close);
     run("flusher_sends_by_itself", test_flusher_sends_by_itself);
     run("arguments", test_arguments);
+    run("pending_never_waits", test_pending_never_waits);
     run("concurrent_senders", test_concurrent_senders);
     if (fixtures_teardown() != 0)
         g_failed++;
