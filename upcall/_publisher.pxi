@@ -160,9 +160,13 @@ cdef class Publisher:
             self.close()
 
     def __dealloc__(self):
+        cdef uc_pub *c = self._c
         # In a forked child the socket is the parent's: left alone.
-        if self._c != NULL and self._fork_generation == _fork_generation:
-            uc_pub_close(self._c)
+        if c != NULL and self._fork_generation == _fork_generation:
+            # Without the GIL: closing a coalescing publisher sends its
+            # pending batches, which may wait (up to linger) for a peer.
+            with nogil:
+                uc_pub_close(c)
         self._c = NULL
         mp_writer_free(&self._w)
 
