@@ -89,6 +89,29 @@ zmq_cflags = pkg_config("--cflags")
 zmq_libs = pkg_config("--libs")
 
 
+def lz4_flags():
+    """liblz4 for publisher(compression="lz4"), when pkg-config finds it;
+    without it the C core builds all the same and the option is refused
+    (UPCALL_NO_LZ4=1 builds without it on purpose: the tests of that case)."""
+    if os.environ.get("UPCALL_NO_LZ4"):
+        return [], []
+    try:
+        cflags = subprocess.run(["pkg-config", "--cflags", "liblz4"], check=True,
+                                capture_output=True, text=True).stdout
+        libs = subprocess.run(["pkg-config", "--libs", "liblz4"], check=True,
+                              capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        print("upcall: liblz4 not found by pkg-config: building without compression "
+              "(Debian, Ubuntu: sudo apt-get install liblz4-dev)", file=sys.stderr)
+        return [], []
+    return ["-DUC_HAVE_LZ4", *shlex.split(cflags)], shlex.split(libs)
+
+
+lz4_cflags, lz4_libs = lz4_flags()
+zmq_cflags += lz4_cflags
+zmq_libs += lz4_libs
+
+
 def extension(name, pyx, csources, zmq):
     return Extension(
         name,

@@ -19,6 +19,28 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       same flood in its own process: no decoding, no call;
                       ipc and tcp only (inproc needs this process's context)
 
+* ``c-pingpong``      the round-trip floor: two plain C libzmq processes
+                      (bench/floor_pingpong.c) answering each other with the
+                      same message, one in flight (two threads of one process
+                      over inproc); round trips only
+* ``synthetic``       the same payload through the synthetic source
+                      (``_synthetic_subscribe``) on the same delivery path
+                      (native thread, the same target): what delivery costs
+                      with no zmq at all; the same figure in every transport's
+                      table, measured again in each
+
+Coalescing (issue 13; a row this build cannot run prints
+"n/a: this build has no coalescing" and no figure):
+
+* ``coalesced``       upcall, native thread, on a flood of coalesced payloads
+                      (docs/wire.md, ext 127) of COALESCE_K (64) copies of the
+                      map each, built here by hand so that the receive figure
+                      does not depend on the publisher; its round trips are
+                      answered through a coalescing publisher that holds a
+                      message up to COALESCE_DELAY (1 ms): its p99 minus the
+                      ``native`` row's is the latency coalescing adds
+* ``coalesced-nil``   the same with nil payloads (what splitting alone costs)
+
 Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asyncio:
 
 * ``typed``           upcall, native thread, ``decoder=msgspec.msgpack.Decoder(Small).decode``
@@ -37,7 +59,8 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
 ``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
-table.  No round trips are measured for the asyncio rows and the C floor.
+table.  No round trips are measured for the asyncio rows, ``c-floor``,
+``synthetic`` and ``coalesced-nil``.
 
 it measures:
 
@@ -68,15 +91,33 @@ Round-trip latency
     library (it needs the row's context), so inproc latencies compare two
     different pingers and share one interpreter with the responder.
 
+Publishing (ipc and tcp; ``--bus-no-publish`` skips it; :mod:`bench.publish`)
+    The sending side: a sender in this process (a plain C ``zmq_send`` loop
+    in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
+    receiver that only counts (bench/count_pull.c, its own process; it
+    splits coalesced messages with the core's ``mp_skip``) and sends N
+    messages as fast as it can; nothing blocks, so the figure is the
+    sender's.  ``rate`` = N / (first send to last send returning, and
+    ``flush()`` for the coalescing rows); ``cpu_us_per_msg`` = the sender
+    process's CPU (its libzmq I/O thread included) over that span per
+    message; ``zmq msgs`` = zmq messages the receiver got; ``lost`` = N -
+    counted.  Rows: ``c-send``, ``pyzmq+msgspec send`` (``send(topic,
+    SNDMORE)`` + ``send(msgspec.msgpack.encode(obj))``), ``send``
+    (``Publisher.send(topic, obj)``), ``send_packed``, ``send_many`` (one
+    call for the N), ``send+coalesce`` and ``send_many+coalesce``
+    (``coalesce=True``).
+
 Variants are interleaved (A B C D E, B C D E A, ...), repeated, and reported
 as median (min-max); before each timed run the machine must be idle
 (``/proc/stat``) and a run disturbed by other processes is redone (see
-:mod:`bench.measure`).  Ratios are to the ``pyzmq+msgspec`` row of the
-same transport and the same run.
+:mod:`bench.measure`).  Ratios, all within one transport of one run: ``x
+pyzmq`` to the ``pyzmq+msgspec`` row (``pyzmq+msgspec send`` when
+publishing), ``x C`` to ``c-floor`` (rate and CPU per message; ``c-send``
+when publishing), ``x syn`` to ``synthetic`` (rate), ``x C pp`` to
+``c-pingpong`` (p50).  Under each table, the ratios issue 13 sets targets for.
 """
 from __future__ import annotations
 
-import atexit
 import gc
 import itertools
 import json
@@ -90,22 +131,42 @@ import threading
 import time
 from typing import Any, Callable
 
-from bench import measure, progress, report
-from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_upcall,
-                        ping_zmq)
-from bench.workload import TOPIC, small_payload
+from bench import measure, progress, publish, report
+from bench.coalescing import NO_COALESCING, coalesced_payload, coalesced_receive, coalescing_kwargs
+from bench.floors import c_program, floor_binary
+from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, latency_summary,
+                        ping_upcall, ping_zmq)
+from bench.workload import NIL, TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
-UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw", "asyncio"]
+#: Coalesced rows (issue 13): the flood's payloads are coalesced messages
+#: (docs/wire.md, ext 127) of the map / of nil, built here by hand, so that the
+#: receive figure does not depend on the publisher; native thread.
+COALESCED = "coalesced"
+COALESCED_NIL = "coalesced-nil"
+COALESCED_MODES = [COALESCED, COALESCED_NIL]
+UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw",
+                "asyncio"] + COALESCED_MODES
 PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
                "zmq.asyncio-await"]
 FLOOR = "c-floor"
-MODES = [FLOOR] + UPCALL_MODES + PYZMQ_MODES
+PINGPONG = "c-pingpong"
+SYNTHETIC = "synthetic"
+#: The physical floors, measured in the same run as the rest.
+FLOOR_MODES = [FLOOR, PINGPONG, SYNTHETIC]
+MODES = FLOOR_MODES + UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
 #: Rows consumed by a coroutine on an event loop.
 ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
 #: Rows without round trips.
-NO_RTT_MODES = ASYNC_MODES | {FLOOR}
+NO_RTT_MODES = ASYNC_MODES | {FLOOR, SYNTHETIC, COALESCED_NIL}
+#: Rows without a flood (round trips only).
+NO_FLOOD_MODES = {PINGPONG}
+#: Messages per coalesced zmq message in the coalesced floods.
+COALESCE_K = 64
+#: The coalesced row's round trips: its responder is a coalescing publisher
+#: that holds a message at most this long (issue 13: added p99 <= L + 50 us).
+COALESCE_DELAY = 0.001
 #: (row, the row it is compared with): same decoder, same run.
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
          ("asyncio", "zmq.asyncio-await")]
@@ -137,6 +198,12 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-peer", choices=["zmq", "upcall"], default=None,
                    help="library of the peer process (default: pyzmq if installed)")
     g.add_argument("--bus-no-latency", action="store_true", help="skip the round trips")
+    g.add_argument("--bus-coalesce-k", type=int, default=None, metavar="K",
+                   help=f"messages per zmq message in the coalesced floods (default {COALESCE_K})")
+    g.add_argument("--bus-no-publish", action="store_true",
+                   help="skip the publishing rows (the sending side)")
+    g.add_argument("--bus-publish-n", type=int, default=None, metavar="N",
+                   help="messages per publishing run (default: --bus-n's)")
     g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
                    help="longest wait for an idle machine before each run (default 30; quick 0.5)")
     g.add_argument("--bus-retries", type=int, default=None, metavar="N",
@@ -202,46 +269,20 @@ _MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio
                   "zmq.asyncio-await"}
 
 
-_FLOOR_BINARY: list = []      # [path or None, why not], once compiled
-
-
-def floor_binary() -> tuple[str | None, str]:
-    """(path of the compiled bench/floor_pull.c or None, why not)."""
-    if not _FLOOR_BINARY:
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_pull.c")
-        cc = shutil.which(os.environ.get("CC", "cc"))
-        try:
-            flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
-                                   capture_output=True, text=True, check=True).stdout.split()
-        except (OSError, subprocess.CalledProcessError):
-            flags = None
-        if cc is None or flags is None:
-            _FLOOR_BINARY[:] = [None, "no C compiler" if cc is None else "pkg-config has no libzmq"]
-        else:
-            d = tempfile.mkdtemp(prefix="upcall-floor-")
-            atexit.register(shutil.rmtree, d, True)
-            out = os.path.join(d, "floor_pull")
-            r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, src, *flags],
-                               capture_output=True, text=True)
-            _FLOOR_BINARY[:] = ([out, ""] if r.returncode == 0
-                                else [None, f"floor_pull.c did not compile: {r.stderr.strip()}"])
-    return _FLOOR_BINARY[0], _FLOOR_BINARY[1]
-
-
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     """(modes that can run here, notes on the ones that cannot)."""
     ok, notes = [], []
     ub = _upcall_bus()
     zmq_ok = have_pyzmq()
     for m in wanted:
-        if m == FLOOR:
-            path, why = floor_binary()
+        if m in (FLOOR, PINGPONG):
+            path, why = c_program("floor_pull" if m == FLOOR else "floor_pingpong")
             if path is None:
                 notes.append(f"{m}: {why}")
             else:
                 ok.append(m)
             continue
-        if m in UPCALL_MODES:
+        if m in UPCALL_MODES or m == SYNTHETIC:
             if ub is None:
                 notes.append(f"{m}: upcall._bus not built")
                 continue
@@ -504,11 +545,23 @@ class FloodRun:
         self.ctx = None         # bus (upcall) or zmq context (pyzmq) owned by this run
         self.flood = None       # in-process flood socket / publisher
         self.endpoint = ""
+        # What the flood carries: n messages as n_zmq zmq messages of payload.
+        self.n, self.n_zmq, self.payload = bench.n, bench.n, bench.payload
+        if mode in COALESCED_MODES:
+            k = bench.coalesce_k
+            self.n_zmq = -(-bench.n // k)
+            self.n = self.n_zmq * k
+            one = bench.payload if mode == COALESCED else NIL
+            self.payload = coalesced_payload(one, k)
+        # Why this row cannot run in this build (printed, never a figure).
+        self.na = None
+        if mode in COALESCED_MODES and not coalesced_receive(bench.ub):
+            self.na = NO_COALESCING + " (receive side)"
 
     def _new_ctx(self):
-        if self.mode == FLOOR:
+        if self.mode in (FLOOR, PINGPONG):
             return None             # the C program has its own context
-        if self.mode in UPCALL_MODES:
+        if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
             return self.b.ub.Bus()
         import zmq
         return zmq.Context(1)
@@ -518,7 +571,7 @@ class FloodRun:
             self.flood.close()
             self.flood = None
         if self.ctx is not None:
-            if self.mode in UPCALL_MODES:
+            if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
                 self.ctx.close()
             else:
                 self.ctx.term()
@@ -527,29 +580,49 @@ class FloodRun:
     def prepare(self):
         self._drop_ctx()
         self.b.close_peer_flood()
-        self.endpoint = self.b.endpoints.new(self.transport)
+        if self.mode in NO_FLOOD_MODES or self.na:
+            return
         self.ctx = self._new_ctx()
-        n = self.b.n
+        if self.mode == SYNTHETIC:  # no zmq: the source makes the messages
+            gc.collect()
+            return
+        self.endpoint = self.b.endpoints.new(self.transport)
         if self.transport == "inproc":
             # inproc needs one context: the publisher is a thread of this
             # process on the subscriber's bus / context, done before we bind.
             fn = flood_upcall if self.mode in UPCALL_MODES else flood_zmq
-            box = []
-            t = threading.Thread(target=lambda: box.append(
-                fn(self.ctx, self.endpoint, n, self.b.payload)), name="bench-flood")
+            box: list = []
+
+            def flood():
+                try:
+                    box.append(fn(self.ctx, self.endpoint, self.n_zmq, self.payload))
+                except Exception as exc:
+                    box.append(exc)
+            t = threading.Thread(target=flood, name="bench-flood")
             t.start()
             t.join()
             if not box:
                 raise RuntimeError("in-process flood publisher failed")
+            if isinstance(box[0], Exception):
+                if self.mode not in COALESCED_MODES:
+                    raise RuntimeError("in-process flood publisher failed") from box[0]
+                # A publisher that refuses a hand-built coalesced payload: say so.
+                self.na = f"n/a: the in-process flood failed: {box[0]}"
+                return
             self.flood = box[0]
         else:
-            self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=n)
+            extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
+            self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=self.n_zmq, **extra)
             self.b.peer_flooding = True
         gc.collect()
 
+    def _not_measured(self, why: str | None) -> dict:
+        return {"delivered": 0, "lost": None, "complete": False, "wall": 0.0, "stats": {},
+                "seconds": math.nan, "rate": math.nan, "cpu_us_per_msg": math.nan, "na": why}
+
     def _run_floor(self) -> dict:
         """The C floor: bench/floor_pull.c drains the flood in its own process."""
-        n = self.b.n
+        n = self.n
         t0 = time.perf_counter()
         r = subprocess.run([floor_binary()[0], self.endpoint, str(n)], capture_output=True,
                            text=True, timeout=STALL_SECONDS + 600)
@@ -568,12 +641,25 @@ class FloodRun:
         return res
 
     def run(self) -> dict:
+        if self.mode in NO_FLOOD_MODES:
+            return self._not_measured(None)
+        if self.na:
+            return self._not_measured(self.na)
         if self.mode == FLOOR:
             return self._run_floor()
-        n = self.b.n
+        n = self.n
         c = Counting(n)
         t0 = time.perf_counter()
-        if self.mode in ASYNC_MODES:
+        if self.mode == SYNTHETIC:
+            from upcall._bus import _synthetic_subscribe
+            kw = {} if self.b.batch is None else {"batch": self.b.batch}
+            sub = _synthetic_subscribe(self.ctx, c.target, count=n, payload=self.payload, **kw)
+            try:
+                ok = c.wait()
+                stats = dict(sub.stats)
+            finally:
+                sub.close(timeout=5.0)
+        elif self.mode in ASYNC_MODES:
             ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch)
         elif self.mode in UPCALL_MODES:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
@@ -619,6 +705,8 @@ class PingRun:
     def run(self) -> dict:
         if self.mode in NO_RTT_MODES:
             return {}               # round trips are not measured for these rows
+        if self.mode == COALESCED and coalescing_kwargs(self.b.ub, COALESCE_DELAY) is None:
+            return {"na": NO_COALESCING + " (send side)"}
         if self.b.pin is None:
             return self._run()
         pids = [self.b.peer.pid] if self.b.peer is not None else []
@@ -627,10 +715,24 @@ class PingRun:
 
     def _run(self) -> dict:
         b = self.b
+        if self.mode == PINGPONG:
+            return self._run_c()
         ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
         payload = b.payload
         upcall_row = self.mode in UPCALL_MODES
-        if upcall_row:
+        if self.mode == COALESCED:
+            # The reply goes through a coalescing publisher: it waits up to
+            # COALESCE_DELAY for company that never comes (one in flight).
+            ctx = b.ub.Bus()
+            pub = ctx.publisher(pong_ep, kind="push", bind=True,
+                                **coalescing_kwargs(b.ub, COALESCE_DELAY))
+            send = pub.send
+
+            def reply(msg):
+                send(TOPIC, msg)
+
+            responder = _open_upcall_sub(ctx, b.ub, self.mode, ping_ep, reply, b.batch)
+        elif upcall_row:
             ctx = b.ub.Bus()
             pub = ctx.publisher(pong_ep, kind="push", bind=True, linger=0.0)
             send_packed = pub.send_packed
@@ -672,6 +774,32 @@ class PingRun:
             else:
                 ctx.term()
         return res
+
+    def _run_c(self) -> dict:
+        """The round-trip floor: bench/floor_pingpong.c answering itself, two
+        processes (one process, two threads, over inproc)."""
+        b = self.b
+        prog = c_program("floor_pingpong")[0]
+        hexed = b.payload.hex()
+        limit = STALL_SECONDS + 600
+        if self.transport == "inproc":
+            r = subprocess.run([prog, "inproc", str(b.rtt), str(b.warmup), hexed],
+                               capture_output=True, text=True, timeout=limit)
+        else:
+            ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
+            pong = subprocess.Popen([prog, "pong", ping_ep, pong_ep, str(b.rtt + b.warmup)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                r = subprocess.run([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
+                                    hexed], capture_output=True, text=True, timeout=limit)
+                pong.wait(timeout=STALL_SECONDS + 5)
+            finally:
+                if pong.poll() is None:
+                    pong.kill()
+                    pong.wait()
+        if r.returncode != 0:
+            raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
+        return latency_summary(json.loads(r.stdout)["samples_ns"])
 
     def _ping_in_process(self, ctx, ping_ep, pong_ep, poll) -> dict:
         b = self.b
@@ -717,6 +845,11 @@ class BusBench:
             [m for m in opt("bus_modes", ",".join(MODES)).split(",") if m])
         self.ub = _upcall_bus()
         self.payload = small_payload()
+        self.coalesce_k = opt("bus_coalesce_k", COALESCE_K)
+        self.publish_modes, publish_notes = publish.available_modes(self.ub)
+        self.notes += publish_notes
+        self.publish = not opt("bus_no_publish", False)
+        self.publish_n = opt("bus_publish_n", self.n)
         self.endpoints = Endpoints()
         self.peer: PeerProcess | None = None
         self.peer_backend = opt("bus_peer")
@@ -742,7 +875,10 @@ class BusBench:
 
     def modes_for(self, transport: str) -> list[str]:
         """The rows of one transport: the C floor needs a peer process."""
-        return [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+        modes = [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+        if not self.latency:
+            modes = [m for m in modes if m not in NO_FLOOD_MODES]
+        return modes
 
     def run_transport(self, transport: str) -> list[dict]:
         modes = self.modes_for(transport)
@@ -755,8 +891,9 @@ class BusBench:
             for rep in range(self.repeats):
                 round_modes = [m for r, m in order if r == rep]
                 for mode in round_modes:
-                    res, info = self._stable(FloodRun(self, transport, mode))
-                    res["info"] = info
+                    job = FloodRun(self, transport, mode)
+                    res, info = self._stable(job)
+                    res["info"], res["n"] = info, job.n
                     disturbed[mode] += info.disturbed
                     flood[mode].append(res)
                     shown.step(f"flood {mode}")
@@ -771,17 +908,21 @@ class BusBench:
     def _records(self, transport, flood, ping, disturbed) -> list[dict]:
         recs = []
         for mode in flood:
+            na = sorted({r["na"] for r in flood[mode] + ping[mode] if r.get("na")})
+            lost = [r["lost"] for r in flood[mode] if r["lost"] is not None]
             rate = measure.summarize(r["rate"] for r in flood[mode])
             cpu = measure.summarize(r["cpu_us_per_msg"] for r in flood[mode])
             secs = measure.summarize(r["seconds"] for r in flood[mode])
             p50 = measure.summarize(r.get("p50_us") for r in ping[mode])
             p99 = measure.summarize(r.get("p99_us") for r in ping[mode])
             recs.append({
-                "transport": transport, "mode": mode, "n": self.n,
+                "transport": transport, "mode": mode,
+                "n": flood[mode][0].get("n", self.n) if flood[mode] else self.n,
                 "repeats": self.repeats,
                 "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
                 "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
-                "lost": sum(r["lost"] for r in flood[mode]),
+                "lost": sum(lost) if lost else None,
+                "na": "; ".join(na) or None,
                 "p50_us": p50.median, "p50_us_min": p50.min, "p50_us_max": p50.max,
                 "p99_us": p99.median, "p99_us_min": p99.min, "p99_us_max": p99.max,
                 "round_trips": self.rtt if self.latency else 0,
@@ -790,11 +931,19 @@ class BusBench:
                 "disturbed_runs": disturbed[mode],
                 "_s": {"rate": rate, "cpu": cpu, "p50": p50, "p99": p99},
             })
-        ref = next((r for r in recs if r["mode"] == REFERENCE), None)
+        by_mode = {r["mode"]: r for r in recs}
+        ref, floor = by_mode.get(REFERENCE, {}), by_mode.get(FLOOR, {})
+        synth, pp = by_mode.get(SYNTHETIC, {}), by_mode.get(PINGPONG, {})
         for r in recs:
-            r["rate_ratio"] = report.ratio(r["rate"], ref["rate"]) if ref else math.nan
-            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref["cpu_us_per_msg"]) if ref else math.nan
-            r["p50_ratio"] = report.ratio(r["p50_us"], ref["p50_us"]) if ref else math.nan
+            r["rate_ratio"] = report.ratio(r["rate"], ref.get("rate"))
+            r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref.get("cpu_us_per_msg"))
+            r["p50_ratio"] = report.ratio(r["p50_us"], ref.get("p50_us"))
+            # The physical floors of the same run (issue 13).
+            r["rate_floor_ratio"] = report.ratio(r["rate"], floor.get("rate"))
+            r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
+            r["rate_synth_ratio"] = report.ratio(r["rate"], synth.get("rate"))
+            r["p50_pingpong_ratio"] = report.ratio(r["p50_us"], pp.get("p50_us"))
+            r["p99_pingpong_ratio"] = report.ratio(r["p99_us"], pp.get("p99_us"))
         return recs
 
     def print_table(self, transport: str, recs: list[dict]) -> None:
@@ -803,24 +952,32 @@ class BusBench:
             report.Column("mode"),
             report.Column("rate", "msgs/s (min-max)", get=lambda r: r["_s"]["rate"],
                           fmt=lambda s: rng(s, report.fmt_rate), align=">"),
-            report.Column("rate_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("rate_ratio", "x pyzmq", fmt=report.fmt_ratio),
+            report.Column("rate_floor_ratio", "x C", fmt=report.fmt_ratio),
+            report.Column("rate_synth_ratio", "x syn", fmt=report.fmt_ratio),
             report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
                           fmt=lambda s: rng(s, report.fmt_us), align=">"),
-            report.Column("cpu_ratio", "x", fmt=report.fmt_ratio),
+            report.Column("cpu_ratio", "x pyzmq", fmt=report.fmt_ratio),
+            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio),
             report.Column("lost", "lost"),
         ]
         if self.latency:
             cols += [
                 report.Column("p50", "p50 us", get=lambda r: r["_s"]["p50"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),
-                report.Column("p50_ratio", "x", fmt=report.fmt_ratio),
+                report.Column("p50_ratio", "x pyzmq", fmt=report.fmt_ratio),
+                report.Column("p50_pingpong_ratio", "x C pp", fmt=report.fmt_ratio),
                 report.Column("p99", "p99 us", get=lambda r: r["_s"]["p99"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),
             ]
         dist = sum(r["disturbed_runs"] for r in recs)
-        note = f"ratios: to {REFERENCE}" if any(r["mode"] == REFERENCE for r in recs) else None
+        note = (f"ratios: x pyzmq to {REFERENCE}, x C to {FLOOR} (rate, CPU), x syn to "
+                f"{SYNTHETIC} (rate), x C pp to {PINGPONG} (p50)")
         if dist:
-            note = (note + "; " if note else "") + f"{dist} run(s) kept although disturbed"
+            note += f"; {dist} run(s) kept although disturbed"
+        for r in recs:
+            if r["na"]:
+                note += f"\n   {r['mode']}: {r['na']}"
         title = (f"bus over {transport}: {self.n:,} msgs x {self.repeats}"
                  + (f", {self.rtt:,} round trips" if self.latency else "")
                  + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
@@ -833,6 +990,27 @@ class BusBench:
                 print(f"   {a} / {b}: rate {report.fmt_ratio(report.ratio(ra['rate'], rb['rate']))}"
                       f", CPU per message "
                       f"{report.fmt_ratio(report.ratio(ra['cpu_us_per_msg'], rb['cpu_us_per_msg']))}")
+        self.print_checks(by_mode)
+
+    def print_checks(self, by_mode: dict) -> None:
+        """The ratios issue 13 sets targets for, where both rows are in the table."""
+        fr = report.fmt_ratio
+        coal, nil, native = by_mode.get(COALESCED), by_mode.get(COALESCED_NIL), by_mode.get("native")
+        floor, synth, pp = (m in by_mode for m in (FLOOR, SYNTHETIC, PINGPONG))
+        if coal and synth:
+            print(f"   {COALESCED} / {SYNTHETIC}: rate {fr(coal['rate_synth_ratio'])} (>= 0.8x)")
+        if coal and floor:
+            print(f"   {COALESCED} / {FLOOR}: CPU per message {fr(coal['cpu_floor_ratio'])} "
+                  f"(<= 1.0x)")
+        if nil and floor:
+            print(f"   {COALESCED_NIL} / {FLOOR}: rate {fr(nil['rate_floor_ratio'])} (>= 3x)")
+        if native and pp:
+            print(f"   native / {PINGPONG}: p50 {fr(native['p50_pingpong_ratio'])} (<= 1.1x)")
+        if coal and native and self.latency:
+            added = coal["p99_us"] - native["p99_us"]
+            text = "-" if math.isnan(added) else f"{added:+.0f} us"
+            print(f"   {COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
+                  f"p99 {text} over native (<= {COALESCE_DELAY * 1e6 + 50:.0f} us)")
 
     def _peer_label(self, transport):
         if transport == "inproc":
@@ -854,6 +1032,10 @@ class BusBench:
                 recs = self.run_transport(transport)
                 self.print_table(transport, recs)
                 records += recs
+                if self.publish and self.publish_modes and transport != "inproc":
+                    recs = publish.run(self, transport)
+                    publish.print_table(self, transport, recs)
+                    records += recs
         finally:
             if self.peer is not None:
                 self.peer.close()

@@ -24,7 +24,14 @@ message is given over the payload size.  Over inproc publisher and
 subscriber share this process, same measure, and ``ms/msg`` shows what
 delivering one payload costs.
 
+``--huge`` adds 1000 MB payloads when the machine has about MEMORY_FACTOR
+(6) times that available, and otherwise prints why it skipped them.  The
+compression rows (lz4 against raw, compressible and random data, over
+loopback and over a 1 Gbit/s link between two network namespaces) follow
+in a table of their own: :mod:`bench.compression`.
+
     python bench_upcalls.py --large [--large-sizes 1,100] [--huge] [--large-transports ipc]
+    python bench_upcalls.py --large --large-compression only --large-sizes 1,100
 """
 from __future__ import annotations
 
@@ -58,6 +65,9 @@ def add_arguments(parser) -> None:
                    help="interleaved rounds (default 3, --quick 1)")
     g.add_argument("--large-threshold", action="store_true",
                    help="only the threshold sweep: inline vs out of band for 1 KB-1 MB values")
+    g.add_argument("--large-compression", choices=["yes", "no", "only"], default="yes",
+                   help="the compression rows (lz4 vs raw over loopback and a 1 Gbit/s link "
+                        "between two network namespaces): with the rest (default), no, or only")
 
 
 def _count(size: int, quick: bool) -> int:
@@ -335,16 +345,49 @@ def run_threshold(opts) -> list[dict]:
 
 
 def run(opts) -> list[dict]:
-    import upcall
-    import zmq
     if opts.large_threshold:
         return run_threshold(opts)
     sizes = [int(float(s) * MB) for s in opts.large_sizes.split(",") if s]
     if opts.huge:
-        sizes.append(1000 * MB)
+        short = _memory_short(HUGE)
+        if short:
+            print(f"\n## Large payloads: skipped the 1000 MB rows (--huge): {short}")
+        else:
+            sizes.append(HUGE)
+    repeats = opts.large_repeats or (1 if opts.quick else 3)
+    records = [] if opts.large_compression == "only" else _run_transports(opts, sizes, repeats)
+    if opts.large_compression != "no":
+        from bench import compression
+        records += compression.run(sizes, lambda size: _count(size, opts.quick), repeats,
+                                   opts.quick)
+    return records
+
+
+#: The --huge payload.
+HUGE = 1000 * MB
+#: Memory a row of payload size S may need at once, in units of S: in this
+#: process the payload, the touched buffer of the memcpy rows and one packed
+#: copy (inline rows); in the subscriber two (the frame and a decoded copy);
+#: in a compression row's publisher the data, its generator's scratch and the
+#: compressed frame.
+MEMORY_FACTOR = 6
+
+
+def _memory_short(size: int) -> str | None:
+    """Why payloads of size bytes do not fit in this machine's free memory."""
+    need, free = MEMORY_FACTOR * size, psutil.virtual_memory().available
+    if free < need:
+        return (f"needs about {need / 1e9:.1f} GB of available memory "
+                f"({MEMORY_FACTOR}x the payload), {free / 1e9:.1f} GB available")
+    return None
+
+
+def _run_transports(opts, sizes: list[int], repeats: int) -> list[dict]:
+    """The bandwidth rows: every implementation over every transport."""
+    import upcall
+    import zmq
     transports = [t for t in opts.large_transports.split(",") if t]
     impls = [i for i in opts.large_impls.split(",") if i]
-    repeats = opts.large_repeats or (1 if opts.quick else 3)
     ipc_dir = tempfile.mkdtemp(prefix="uc-large-", dir="/tmp")
     results: dict[tuple, list] = {}
     import numpy as np
@@ -402,6 +445,9 @@ def run(opts) -> list[dict]:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--role", choices=["sub"], required=True)
+    ap.add_argument("--role", choices=["sub", "pub"], required=True)
     known, rest = ap.parse_known_args()
+    if known.role == "pub":
+        from bench.compression import pub_main
+        sys.exit(pub_main(rest))
     sys.exit(sub_main(rest))

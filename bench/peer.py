@@ -4,9 +4,10 @@
 and drives it with one JSON command per line on its stdin, each answered by
 one JSON line on its stdout (``"ok"``, and ``"error"`` when it failed):
 
-``{"cmd": "flood", "endpoint": E, "n": N}``
+``{"cmd": "flood", "endpoint": E, "n": N[, "payload_hex": P]}``
     Open a PUSH socket that *connects* to E with SNDHWM 0 (no limit) and
-    send N messages ``[TOPIC, small payload]``.  Connecting creates the pipe
+    send N messages ``[TOPIC, small payload]`` (or ``[TOPIC, P]``: the
+    coalesced floods).  Connecting creates the pipe
     at once even though nobody listens yet, so all N messages are queued in
     this process when the answer comes back; the subscriber binds E
     afterwards and drains a flood that is already there.
@@ -229,10 +230,10 @@ class Peer:
         else:
             self.ctx = upcall.Bus()
 
-    def flood(self, endpoint: str, n: int) -> dict:
+    def flood(self, endpoint: str, n: int, payload: bytes | None = None) -> dict:
         t0 = time.perf_counter()
         fn = flood_zmq if self.zmq else flood_upcall
-        self.sockets.append(fn(self.ctx, endpoint, n, self.payload))
+        self.sockets.append(fn(self.ctx, endpoint, n, self.payload if payload is None else payload))
         return {"queued": n, "seconds": time.perf_counter() - t0}
 
     def connect(self, endpoint: str) -> dict:
@@ -266,7 +267,9 @@ class Peer:
 
 def _execute(peer: Peer, cmd: str, req: dict) -> dict:
     if cmd == "flood":
-        return peer.flood(req["endpoint"], int(req["n"]))
+        hexed = req.get("payload_hex")
+        return peer.flood(req["endpoint"], int(req["n"]),
+                          bytes.fromhex(hexed) if hexed is not None else None)
     if cmd == "connect":
         return peer.connect(req["endpoint"])
     if cmd == "pace":

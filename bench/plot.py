@@ -24,6 +24,8 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
             ("cpu_us_per_msg", "subscriber CPU us/msg", True),
             ("p50_us", "round trip p50 us", True),
             ("p99_us", "round trip p99 us", True)],
+    "bus publishing": [("rate", "sent msgs/s", False),
+                       ("cpu_us_per_msg", "sender CPU us/msg", True)],
 }
 
 #: Sections drawn on a log scale (rates spanning decades).

@@ -353,7 +353,8 @@ int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
 /* Send [topic, payload] only if that can be done at once, without waiting
  * even for another sender's turn: UC_ERR_AGAIN at the high-water mark or
  * while another thread is sending (it may be blocked at the mark).  For an
- * event loop, which must never block; it retries later. */
+ * event loop, which must never block; it retries later.  Never coalesced:
+ * a coalescing publisher sends the topic's open batch first. */
 int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len);
 

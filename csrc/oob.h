@@ -79,6 +79,10 @@ typedef struct uc_oob_frame {
     const void *data;
     size_t size;
     uc_release *release;   /* NULL: libzmq copies the bytes (zmq_send) */
+    /* A compressed frame (compress.h): sent over the buffer's own memory
+     * (data and size are ignored, release too), which each send takes a
+     * reference to; NULL: data as above. */
+    struct uc_cbuf *cbuf;
 } uc_oob_frame;
 
 /* Send [topic, payload, frames[0], ..., frames[n-1]] as one message, the

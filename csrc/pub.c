@@ -40,6 +40,7 @@
 #include <zmq.h>
 
 #include "coalesce.h"
+#include "compress.h"
 #include "oob_impl.h"
 #include "sockopt.h"
 #include "sub_impl.h"
@@ -252,19 +253,28 @@ static int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
     for (size_t i = 0; i < n_frames; i++) {
         const uc_oob_frame *f = &frames[i];
         int flags = i + 1 < n_frames ? ZMQ_SNDMORE : 0;
-        if (!f->release) {
+        zmq_msg_t m;
+        if (f->cbuf) {
+            /* Compressed: libzmq owns a reference to the buffer. */
+            uc_cbuf_get(f->cbuf);
+            if (zmq_msg_init_data(&m, (void *)uc_cbuf_data(f->cbuf), uc_cbuf_size(f->cbuf),
+                                  uc_cbuf_zmq_free, f->cbuf) != 0) {
+                uc_cbuf_put(f->cbuf);
+                return UC_ERR_ZMQ;
+            }
+        } else if (!f->release) {
             if (send_retry(p->sock, f->data ? f->data : "", f->size, flags) < 0)
                 return UC_ERR_ZMQ;
             continue;
-        }
-        /* Over the sender's memory: libzmq gives the reference back through
-         * uc_release_zmq_free when it is done (a failed init or send
-         * closes the message, which does the same). */
-        zmq_msg_t m;
-        uc_release_get(f->release);
-        if (zmq_msg_init_data(&m, (void *)f->data, f->size, uc_release_zmq_free, f->release) != 0) {
-            uc_release_put(f->release);
-            return UC_ERR_ZMQ;
+        } else {
+            /* Over the sender's memory: libzmq gives the reference back
+             * through uc_release_zmq_free when it is done (a failed init or
+             * send closes the message, which does the same). */
+            uc_release_get(f->release);
+            if (zmq_msg_init_data(&m, (void *)f->data, f->size, uc_release_zmq_free, f->release) != 0) {
+                uc_release_put(f->release);
+                return UC_ERR_ZMQ;
+            }
         }
         int rc;
         while ((rc = zmq_msg_send(&m, p->sock, flags)) < 0 && errno == EINTR)

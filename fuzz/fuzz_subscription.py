@@ -9,7 +9,7 @@ Properties, for every input:
 
 * the message reaches either the target (as what unpackb makes of the
   payload, its out-of-band references (ext 126) replaced by the frames they
-  name, with its topic) or on_error with an upcall.DecodeError whose .topic
+  name, decompressed for an lz4 one, with its topic) or on_error with an upcall.DecodeError whose .topic
   is the message's topic, .offset lies within the payload (or is None for a
   frame-count error) and .reason is set; never both, never neither;
 * the stats agree: received, delivered and decode_errors each move by the
@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 import atheris
+import lz4.block
 
 with atheris.instrument_imports():
     import upcall
@@ -62,9 +63,13 @@ def frames_of(raw):
 
 def resolved(obj, frames):
     """unpackb's result with each out-of-band reference replaced by its frame
-    (a delivered message had only valid ones)."""
+    (a delivered message had only valid ones), decompressed when its flags
+    say lz4 (bit 0)."""
     if isinstance(obj, upcall.ExtType) and obj.code == 126:
-        return frames[int.from_bytes(obj.data[4:8], "big")]
+        frame = frames[int.from_bytes(obj.data[4:8], "big")]
+        if obj.data[1] & 1:
+            return lz4.block.decompress(frame, uncompressed_size=int.from_bytes(obj.data[8:16], "big"))
+        return frame
     if isinstance(obj, list):
         return [resolved(x, frames) for x in obj]
     if isinstance(obj, dict):

@@ -4,13 +4,19 @@ No timing assertions: only that every row is produced, with its fields, and
 that nothing was lost.
 """
 import argparse
+import json
 import math
+import shutil
+import tempfile
 
 import pytest
 
 from bench_package import bench_module
 
 bus = bench_module("bus")
+coalescing = bench_module("coalescing")
+floors = bench_module("floors")
+publish = bench_module("publish")
 measure = bench_module("measure")
 report = bench_module("report")
 
@@ -39,28 +45,127 @@ def test_quick_run_produces_records(capsys):
         pytest.skip("upcall._bus is not built")
     records = bus.run(_opts())
     out = capsys.readouterr().out
+    flood = [r for r in records if r.get("part") != "publish"]
     # The C floor needs a peer process: not over inproc.
     want = {(t, m) for t in bus.TRANSPORTS for m in modes
             if not (m == bus.FLOOR and t == "inproc")}
-    assert len(records) == len(want)
-    seen = {(r["transport"], r["mode"]) for r in records}
+    assert len(flood) == len(want)
+    seen = {(r["transport"], r["mode"]) for r in flood}
     assert seen == want
-    for r in records:
+    for r in flood:
         assert FIELDS <= r.keys(), FIELDS - r.keys()
-        assert r["n"] == bus.QUICK_N
-        assert r["lost"] == 0, r
-        assert r["rate"] > 0 and r["cpu_us_per_msg"] > 0 and r["seconds"] > 0
-        if r["mode"] in bus.NO_RTT_MODES:     # no round trips for the asyncio rows, the floor
-            assert math.isnan(r["p50_us"])
+        if r["na"]:
+            # Only the coalesced rows may wait for a build that has coalescing,
+            # and they say so instead of showing a figure.
+            assert r["mode"] in bus.COALESCED_MODES and coalescing.NO_COALESCING in r["na"], r
+            assert r["mode"] + ": " + r["na"].split(";")[0] in out
+        if r["mode"] == bus.PINGPONG:         # round trips only
+            assert math.isnan(r["rate"]) and r["lost"] is None
+        elif r["na"] and "receive side" in r["na"]:
+            assert math.isnan(r["rate"]) and r["lost"] is None
         else:
+            assert r["n"] >= bus.QUICK_N
+            assert r["lost"] == 0, r
+            assert r["rate"] > 0 and r["cpu_us_per_msg"] > 0 and r["seconds"] > 0
+        if r["mode"] in bus.NO_RTT_MODES:     # no round trips for the asyncio rows, the floors
+            assert math.isnan(r["p50_us"])
+        elif not (r["na"] and "send side" in r["na"]):
             assert r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"]
-        if bus.REFERENCE in modes:
+        if bus.REFERENCE in modes and not math.isnan(r["rate"]):
             assert not math.isnan(r["rate_ratio"])
+        # The floors of the same run beside every row.
+        if bus.SYNTHETIC in modes and not math.isnan(r["rate"]):
+            assert not math.isnan(r["rate_synth_ratio"])
+        if bus.FLOOR in modes and r["transport"] != "inproc" and not math.isnan(r["rate"]):
+            assert not math.isnan(r["rate_floor_ratio"]) and not math.isnan(r["cpu_floor_ratio"])
+        if bus.PINGPONG in modes and not math.isnan(r["p50_us"]):
+            assert not math.isnan(r["p50_pingpong_ratio"])
     for t in bus.TRANSPORTS:
         assert f"bus over {t}" in out
     for a, b in bus.PAIRS:
         if a in modes and b in modes:
             assert f"{a} / {b}: rate " in out
+    assert f"native / {bus.PINGPONG}: p50 " in out
+
+    # The sending side, over every transport but inproc.
+    sent = [r for r in records if r.get("part") == "publish"]
+    pmodes, _ = publish.available_modes(bus._upcall_bus())
+    assert {(r["transport"], r["mode"]) for r in sent} == {
+        (t, m) for t in bus.TRANSPORTS if t != "inproc" for m in pmodes}
+    for r in sent:
+        if r["na"]:
+            assert "coalesce" in r["mode"] or r["mode"] == "send_many", r
+            assert coalescing.NO_COALESCING in r["na"] and r["lost"] is None
+        else:
+            assert r["lost"] == 0, r
+            assert r["rate"] > 0 and r["cpu_us_per_msg"] > 0
+            assert r["zmq_messages"] >= 1
+        if r["mode"] in (publish.PUB_FLOOR, publish.PUB_REFERENCE, "send", "send_packed"):
+            assert r["zmq_messages"] == r["n"]          # one zmq message per message
+    assert "publishing over tcp" in out
+    assert f"send / {publish.PUB_REFERENCE}: rate " in out
+
+
+def test_coalesced_flood_payload_is_the_wire_format():
+    """The hand-built coalesced payload reads back with the pyzmq + msgpack
+    snippet of docs/wire.md, and bench/count_pull.c counts its messages."""
+    msgpack = pytest.importorskip("msgpack")
+    zmq = pytest.importorskip("zmq")
+    one = bench_module("workload").small_payload()
+    payload = coalescing.coalesced_payload(one, 5)
+
+    def ext_hook(code, data):
+        if code == 127:
+            assert data[0] == 1                      # version
+            unpacker = msgpack.Unpacker(raw=False)
+            unpacker.feed(data[1:])
+            return list(unpacker)                    # the messages, in order
+        return msgpack.ExtType(code, data)
+    msgs = msgpack.unpackb(payload, ext_hook=ext_hook)
+    assert msgs == [msgpack.unpackb(one)] * 5
+
+    prog, why = floors.c_program("count_pull")
+    if prog is None:
+        pytest.skip(why)
+    import subprocess
+    sock_dir = tempfile.mkdtemp(prefix="upcall-count-")
+    ep = f"ipc://{sock_dir}/c.sock"
+    # 5 + 1 + 3 (nil x 3) + 1 (single frame) + the 2 before a cut = 12; one bad.
+    cut = coalescing.coalesced_payload(b"\xc0", 3)[:-1] + b"\x92"      # 2 nils, a truncated array
+    cut = cut[:1] + (len(cut) - 6).to_bytes(4, "big") + cut[5:]
+    proc = subprocess.Popen([prog, ep, "12"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.PUSH)
+        s.connect(ep)
+        s.send_multipart([b"t", payload])
+        s.send_multipart([b"t", one])
+        s.send_multipart([b"t", coalescing.coalesced_payload(b"\xc0", 3)])
+        s.send(one)
+        s.send_multipart([b"t", cut])
+        out = json.loads(proc.stdout.readline())
+        proc.wait(30)
+        s.close(0)
+        ctx.term()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    assert out == {"delivered": 12, "zmq_messages": 5, "bad": 1}
+
+
+def test_c_pingpong_floor_over_inproc():
+    prog, why = floors.c_program("floor_pingpong")
+    if prog is None:
+        pytest.skip(why)
+    import subprocess
+    r = subprocess.run([prog, "inproc", "50", "5", "c0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    samples = json.loads(r.stdout)["samples_ns"]
+    assert len(samples) == 50 and all(x > 0 for x in samples)
 
 
 def test_helpers():

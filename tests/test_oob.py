@@ -378,7 +378,7 @@ MALFORMED = [
     ("unreferenced", [b"t", msgpack.packb([_ref(2, 4)]), b"abcd", b"more"], "oob_unused"),
     ("no_reference", [b"t", msgpack.packb(1), b"abcd"], "oob_unused"),
     ("version", [b"t", msgpack.packb([_ref(2, 4, version=2)]), b"abcd"], "oob_version"),
-    ("flags_lz4", [b"t", msgpack.packb([_ref(2, 4, flags=1)]), b"abcd"], "oob_flags"),
+    ("flags_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=2)]), b"abcd"], "oob_flags"),
     ("short_ref", [b"t", msgpack.packb([msgpack.ExtType(126, b"\x01" * 8)]), b"abcd"], "oob_length"),
     ("coalesced", [b"t", b"\xc9\x00\x00\x00\x02\x7f\x01\xc0"], "coalesced"),
     ("coalesced_fixext", [b"t", b"\xd4\x7f\x01"], "coalesced"),

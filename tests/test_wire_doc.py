@@ -42,6 +42,16 @@ def test_oob_fragments_send_and_receive(pair):
     assert got["obj"]["blob"] == sent["blob"]
 
 
+def test_compressed_oob_fragments_send_and_receive(pair):
+    push, pull = pair
+    sent = {"msgpack": msgpack, "sock": push}
+    exec(fragment("send side of a compressed out-of-band reference with pyzmq + msgpack"), sent)
+    assert len(sent["frame"]) < len(sent["blob"]) // 100
+    got = {"msgpack": msgpack, "sock": pull}
+    exec(fragment("receive side of an out-of-band reference with pyzmq + msgpack"), got)
+    assert got["obj"]["blob"] == sent["blob"]
+
+
 def test_oob_reader_fragment_keeps_other_ext_codes(pair):
     push, pull = pair
     push.send_multipart([b"t", msgpack.packb([msgpack.ExtType(5, b"x")])])

@@ -146,6 +146,7 @@ DEFAULT_MAX_DELAY: float
 DEFAULT_MAX_BATCH: int
 DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
+COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...
 
@@ -179,6 +180,7 @@ class Bus:
         socket_options: Mapping[str, int] | None = None,
         decoder: PayloadDecoder | None = None,
         raw: bool = False,
+        copy: bool = False,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -200,6 +202,7 @@ class Bus:
         decoder: PayloadDecoder | None = None,
         raw: bool = False,
         queue_size: int | None = None,
+        copy: bool = False,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(
@@ -217,6 +220,7 @@ class Bus:
         encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
         socket_options: Mapping[str, int] | None = None,
         oob_threshold: int | None = ...,
+        compression: Literal["lz4"] | None = None,
         coalesce: bool = False,
         max_delay: float | None = ...,
         max_batch: int = ...,

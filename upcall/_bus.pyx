@@ -4,6 +4,7 @@ callables on native or Python-made threads, and publishers.
 
 One extension module built from one .pxi per concept, included in this order:
   _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
+  _oob.pxi          out-of-band frames: zero-copy sends and views, lz4 compression, copy=True
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
@@ -478,7 +479,7 @@ A zmq context and every subscription and publisher opened on it.
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  socket_options=None, decoder=None, raw=False):
+                  socket_options=None, decoder=None, raw=False, copy=False):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``endpoint``: one endpoint, or a list/tuple of them: one socket bound
@@ -494,7 +495,8 @@ A zmq context and every subscription and publisher opened on it.
         exceptions raised by the target and decode errors (default:
         sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
         limit).  ``max_message_size``: bytes; larger messages are refused by
-        libzmq (ZMQ_MAXMSGSIZE).
+        libzmq (ZMQ_MAXMSGSIZE), and so are out-of-band values that would
+        decompress past it (a decode error).
         CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
@@ -513,19 +515,22 @@ A zmq context and every subscription and publisher opened on it.
         ``upcall.Decoder`` is used as it is.  ``raw=True``: the message is the
         payload's ``bytes``, undecoded.  With a native handler they decide
         what its ``target`` gets; ``select()`` always sees the raw views.
+        ``copy``: out-of-band values (docs/wire.md) are delivered as
+        read-only ``memoryview`` objects over the received frames, without a
+        copy (False, the default), or as ``bytes`` (True).
         """
         _check_self(self, "subscribe")
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            socket_options, decoder, raw, GIL_ADOPT, None)
+            socket_options, decoder, raw, copy, GIL_ADOPT, None)
 
     @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
                         curve_client=None, socket_options=None, decoder=None, raw=False,
-                        queue_size=None):
+                        queue_size=None, copy=False):
         """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
 
         Call it from a coroutine: messages are delivered to the running event
@@ -546,7 +551,7 @@ A zmq context and every subscription and publisher opened on it.
             with_topic=with_topic, on_error=on_error, rcvhwm=rcvhwm,
             max_message_size=max_message_size, curve_server=curve_server,
             curve_serverkey=curve_serverkey, curve_client=curve_client,
-            socket_options=socket_options, decoder=decoder, raw=raw))
+            socket_options=socket_options, decoder=decoder, raw=raw, copy=copy))
         self._async_subs.add(asub)
         return asub
 
@@ -555,7 +560,7 @@ A zmq context and every subscription and publisher opened on it.
             object batch, object delivery, object thread_factory, object with_topic,
             object on_error, object rcvhwm, object max_message_size, object curve_server,
             object curve_serverkey, object curve_client, object socket_options, object decoder,
-            object raw, int gil_mode, _Source source):
+            object raw, object copy, int gil_mode, _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
         socket on ``endpoint``; else ``source.open`` makes the loop)."""
@@ -571,6 +576,8 @@ A zmq context and every subscription and publisher opened on it.
         ep_bytes = [(<str>e).encode("utf-8") for e in ep_list] if source is None else []
         target_kind = _target_kind(target)
         payload_decoder = _payload_decoder(decoder, raw)
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be True or False, not {type(copy).__name__}")
         if on_error is not None and not callable(on_error):
             raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
         if kind not in ("sub", "pull"):
@@ -610,6 +617,8 @@ A zmq context and every subscription and publisher opened on it.
         sub._on_error = on_error
         sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)
+        sub._copy = copy
+        sub._max_oob_size = <uint64_t>mms if mms >= 0 else UC_LZ4_MAX_INPUT
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
         sub._pull = kind == "pull"
@@ -695,7 +704,7 @@ A zmq context and every subscription and publisher opened on it.
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
                   default=None, encoder=None, socket_options=None,
-                  oob_threshold=DEFAULT_OOB_THRESHOLD, coalesce=False,
+                  oob_threshold=DEFAULT_OOB_THRESHOLD, compression=None, coalesce=False,
                   max_delay=DEFAULT_MAX_DELAY, max_batch=DEFAULT_MAX_BATCH,
                   max_bytes=DEFAULT_MAX_BYTES):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
@@ -715,6 +724,14 @@ A zmq context and every subscription and publisher opened on it.
         ``oob_threshold``: bytes-like values of this many bytes or more travel
         out of band, as frames of their own without a copy (docs/wire.md);
         None: never.
+        ``compression``: None (default) or ``"lz4"``: out-of-band frames of
+        10 kB or more are LZ4-compressed when samples of them compress well,
+        and sent raw otherwise (docs/wire.md); the receiver decompresses.
+        A compressed frame is libzmq's own copy: its value may change as
+        soon as ``send`` returns (the returned ``Sent`` then waits only for
+        the values sent raw).
+        ValueError when this upcall was built without liblz4
+        (``upcall.COMPRESSION`` is then empty).
 
         ``coalesce=True``: :meth:`Publisher.send` appends each message to a
         pending batch of its topic, and a batch travels as one zmq message
@@ -762,6 +779,7 @@ A zmq context and every subscription and publisher opened on it.
         pub._encoder = Encoder(default=default)
         pub._encode = encoder
         pub._oob_threshold = _oob_threshold_arg(oob_threshold)
+        pub._compress = _compression_arg(compression)
         if not isinstance(coalesce, bool):
             raise TypeError(f"coalesce must be True or False, not {type(coalesce).__name__}")
         o.coalesce = 1 if coalesce else 0
@@ -877,7 +895,7 @@ cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, 
         endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
         kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
         kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        kw["socket_options"], kw["decoder"], kw["raw"], gil_mode, source)
+        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], gil_mode, source)
 
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):

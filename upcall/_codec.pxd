@@ -1,7 +1,7 @@
 # The codec's C-level interface, cimported by other upcall modules (the bus
 # trampolines): encode straight into a caller's mp_writer, decode straight
 # from a (pointer, size) view.
-from libc.stdint cimport int64_t, uint32_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from cpython.object cimport PyObject
 
 from upcall.includes.msgpack cimport mp_writer
@@ -41,6 +41,7 @@ cdef class Encoder:
 cdef class OobBuffer:
     cdef Py_buffer view
     cdef bint held
+    cdef size_t ref_at             # where its reference's 16 bytes start in the payload
 
 
 cdef class Decoder:
@@ -51,8 +52,11 @@ cdef class Decoder:
     cdef object decode_wire(self, const char *data, Py_ssize_t size)
     # decode_view for a subscription's message: extra points to n_extra
     # (data, size) frames after the payload (uc_frame's layout); its
-    # out-of-band references become make(ctx, i), each frame must be
+    # out-of-band references become make(ctx, i, flags, size, &err) (see
+    # ucd_frames in _codec_c.h), each frame must be
     # referenced exactly once, a coalesced payload is refused.
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
-                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx)
+                           size_t n_extra,
+                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           void *ctx)
     cdef object _decode_obj(self, object data, str argname)

@@ -50,6 +50,8 @@ cdef extern from "_codec_c.h":
         UCD_ERR_OOB_SIZE
         UCD_ERR_OOB_UNUSED
         UCD_ERR_COALESCED
+        UCD_ERR_OOB_CODEC
+        UCD_ERR_OOB_DECOMPRESS
         UCD_EXT_OOB
         UCD_EXT_COALESCED
     ctypedef struct ucd_span:
@@ -58,7 +60,7 @@ cdef extern from "_codec_c.h":
         const ucd_span *extra
         size_t n
         uint32_t used
-        object (*make)(void *ctx, size_t i)
+        object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err)
         void *ctx
     Py_ssize_t ucd_oob_min
     ucd_frames ucd_no_frames
@@ -140,11 +142,15 @@ cdef dict _EXTRA_REASONS = {
     # docs/wire.md, out-of-band references (ext 126) and coalesced payloads (ext 127)
     UCD_ERR_OOB_LENGTH: ("oob_length", "an out-of-band reference (ext 126) is not 16 bytes"),
     UCD_ERR_OOB_VERSION: ("oob_version", "an out-of-band reference of an unknown version"),
-    UCD_ERR_OOB_FLAGS: ("oob_flags", "an out-of-band reference with unknown flags (compression is not supported)"),
+    UCD_ERR_OOB_FLAGS: ("oob_flags", "an out-of-band reference with unknown flags"),
     UCD_ERR_OOB_INDEX: ("oob_index", "an out-of-band reference names no frame after the payload"),
     UCD_ERR_OOB_TWICE: ("oob_twice", "two out-of-band references name the same frame"),
     UCD_ERR_OOB_SIZE: ("oob_size", "an out-of-band frame's length is not the reference's size"),
     UCD_ERR_OOB_UNUSED: ("oob_unused", "a frame after the payload that no out-of-band reference names"),
+    UCD_ERR_OOB_CODEC: ("oob_codec", "an lz4-compressed out-of-band frame, and this upcall was "
+                        "built without liblz4"),
+    UCD_ERR_OOB_DECOMPRESS: ("oob_decompress", "an lz4-compressed out-of-band frame that does not "
+                             "decompress to the reference's size"),
     UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127): not supported by this version"),
 }
 
@@ -554,6 +560,7 @@ cdef int _pack_wire(Encoder e, object o, mp_writer *w) except -1:
     _be(ref + 4, <uint64_t>(2 + len(e._oob)), 4)
     _be(ref + 8, <uint64_t>n, 8)
     _ck(mp_write_ext(w, UCD_EXT_OOB, ref, 16))
+    b.ref_at = w.len - 16          # the publisher sets the flags there if it compresses
     e._oob.append(b)
     return 0
 
@@ -680,7 +687,9 @@ Reusable msgpack decoder: ``Decoder(*, timestamp="timestamp",
         return ucd_decode_frames(<ucd_config *>self._state, data, size, &ucd_no_frames)
 
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
-                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+                           size_t n_extra,
+                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           void *ctx):
         cdef ucd_frames fr
         fr.extra = <const ucd_span *>extra
         fr.n = n_extra

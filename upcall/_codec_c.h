@@ -45,12 +45,16 @@ enum {
     UCD_ERR_OOB_SIZE = 115,    /* a frame whose length is not the reference's size */
     UCD_ERR_OOB_UNUSED = 116,  /* a frame after the payload that nothing references */
     UCD_ERR_COALESCED = 117,   /* a payload that is an ext 127 (coalesced) value */
+    UCD_ERR_OOB_CODEC = 120,   /* a compressed frame, and this build cannot decompress */
+    UCD_ERR_OOB_DECOMPRESS = 121, /* a compressed frame that does not decompress to size */
     UCD_ERR_PYTHON = 199       /* a Python exception is set (MemoryError...) */
 };
 
 /* The wire format's ext codes (docs/wire.md). */
 #define UCD_EXT_OOB 126
 #define UCD_EXT_COALESCED 127
+/* ext 126 flags: bit 0, the frame is one LZ4 block of `size` bytes. */
+#define UCD_OOB_LZ4 1
 
 /* The frames after a message's payload, for resolving its out-of-band
  * references (ext 126) while decoding it in a subscription.  `used` marks
@@ -64,8 +68,12 @@ typedef struct ucd_frames {
     const ucd_span *extra;         /* frames after the payload */
     size_t n;                      /* how many (at most 32) */
     uint32_t used;
-    /* The value for extra[i]: a new reference, or NULL with an exception. */
-    PyObject *(*make)(void *ctx, size_t i);
+    /* The value for extra[i], whose reference has `flags` (0 or UCD_OOB_LZ4)
+     * and `size`: a new reference, or NULL with an exception; or, with *err
+     * set to a UCD_ERR_OOB_* code, a decode error (the frame does not
+     * decompress, or cannot be decompressed here: whatever it returned is
+     * dropped). */
+    PyObject *(*make)(void *ctx, size_t i, int flags, uint64_t size, int *err);
     void *ctx;
 } ucd_frames;
 
@@ -208,14 +216,21 @@ static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it
     const unsigned char *d = (const unsigned char *)it->ptr;
     if (it->len != 16) return ucd_fail(c, UCD_ERR_OOB_LENGTH, pos);
     if (d[0] != 1) return ucd_fail(c, UCD_ERR_OOB_VERSION, pos);
-    if (d[1] || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
+    if ((d[1] & ~UCD_OOB_LZ4) || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
     uint64_t index = ucd_be(d + 4, 4), size = ucd_be(d + 8, 8);
     if (index < 2 || index - 2 >= fr->n) return ucd_fail(c, UCD_ERR_OOB_INDEX, pos);
     size_t i = (size_t)(index - 2);
     if (fr->used & (UINT32_C(1) << i)) return ucd_fail(c, UCD_ERR_OOB_TWICE, pos);
-    if ((uint64_t)fr->extra[i].size != size) return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
+    /* A compressed frame's length is the compressed one: make checks it. */
+    if (!(d[1] & UCD_OOB_LZ4) && (uint64_t)fr->extra[i].size != size)
+        return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
     fr->used |= UINT32_C(1) << i;
-    PyObject *o = fr->make(fr->ctx, i);
+    int err = 0;
+    PyObject *o = fr->make(fr->ctx, i, d[1], size, &err);
+    if (err) {
+        Py_XDECREF(o);
+        return ucd_fail(c, err, pos);
+    }
     if (!o) c->err = UCD_ERR_PYTHON;
     return o;
 }

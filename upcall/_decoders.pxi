@@ -32,7 +32,9 @@ cdef class _RawPayload(Decoder):
         return PyBytes_FromStringAndSize(data, size)
 
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
-                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+                           size_t n_extra,
+                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           void *ctx):
         raise _oob_refused(n_extra, "raw=True")
 
 
@@ -59,7 +61,9 @@ cdef class _CallDecoder(Decoder):
             raise _decoder_failed(self.fn, exc) from exc
 
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
-                           size_t n_extra, object (*make)(void *ctx, size_t i), void *ctx):
+                           size_t n_extra,
+                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           void *ctx):
         raise _oob_refused(n_extra, "decoder=")
 
 

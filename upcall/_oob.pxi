@@ -13,6 +13,13 @@
 # Receive: the decoder resolves a reference into a read-only memoryview over
 # a _HeldFrame, which holds the zmq message itself (uc_sub_hold) until the
 # last view of it is gone; freeing it is safe on any thread at any time.
+# An LZ4-compressed frame (flags bit 0) is decompressed into one allocation
+# (_Inflated), viewed the same way; subscribe(copy=True) gives bytes instead.
+#
+# Compression (publisher(compression="lz4"), csrc/compress.h): each frame of
+# UC_LZ4_MIN_FRAME bytes or more is sampled and compressed when that pays,
+# without the GIL, into a buffer libzmq owns: the sender's own buffer is free
+# as soon as compression is done.
 
 cdef extern from "Python.h":
     int Py_AddPendingCall(int (*func)(void *) noexcept, void *arg) nogil
@@ -22,6 +29,18 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
 
 from upcall._codec cimport OobBuffer
+from upcall.includes.compress cimport *
+
+# ext 126 flags and the decoder's codes for a frame that cannot be
+# decompressed (upcall/_codec_c.h: UCD_OOB_LZ4, UCD_ERR_OOB_*).
+cdef enum:
+    _OOB_LZ4 = 1
+    _ERR_OOB_CODEC = 120
+    _ERR_OOB_DECOMPRESS = 121
+
+#: The codecs ``publisher(compression=...)`` takes in this build: ("lz4",)
+#: when upcall was built with liblz4, else ().
+COMPRESSION = ("lz4",) if uc_lz4_available() else ()
 
 #: Values of this many bytes or more go out of band (PERF.md, "Large payloads").
 DEFAULT_OOB_THRESHOLD = 16 * 1024
@@ -127,9 +146,10 @@ def oob_outstanding():
 
     ``sent``: messages whose zero-copy frames libzmq has not released yet
     (or whose release is not drained yet); ``received``: received frames
-    still alive in a memoryview.  For leak checks; drains first."""
+    (or their decompressed copies) still alive in a memoryview.  For leak
+    checks; drains first."""
     _drain_releases()
-    return (uc_relq_outstanding(_relq), uc_held_outstanding())
+    return (uc_relq_outstanding(_relq), uc_held_outstanding() + _inflated_alive)
 
 
 @cython.final
@@ -148,14 +168,86 @@ cdef class _HeldFrame:
         uc_held_free(self.h)     # any thread: only a reference count is touched
 
 
-cdef object _oob_value(void *ctx, size_t i):
+cdef uint64_t _inflated_alive = 0     # _Inflated objects (under the GIL)
+
+
+@cython.final
+cdef class _Inflated:
+    """A decompressed out-of-band frame: one allocation, freed when the last
+    memoryview of it is gone."""
+    cdef char *data
+    cdef Py_ssize_t size
+
+    def __cinit__(self):
+        global _inflated_alive
+        _inflated_alive += 1
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        PyBuffer_FillInfo(buf, self, self.data, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass
+
+    def __dealloc__(self):
+        global _inflated_alive
+        free(self.data)
+        _inflated_alive -= 1
+
+
+cdef struct _oob_ctx:
+    # The decoder's context for a message's out-of-band frames.
+    const uc_msg *m
+    uint64_t max_size       # larger decompressed sizes are refused
+
+
+cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
+    """The i-th frame decompressed: a memoryview over one allocation, or
+    bytes (copy); with *err set (and None) when it cannot be: this build has
+    no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
+    size LZ4 cannot reach from the frame's length, or over the
+    subscription's max_message_size, is refused before anything is
+    allocated)."""
+    cdef const uc_frame *f = &c.m.extra[i]
+    cdef _Inflated v
+    cdef char *dst
+    cdef int rc
+    if not uc_lz4_available():
+        err[0] = _ERR_OOB_CODEC
+        return None
+    if size > c.max_size or size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
+        err[0] = _ERR_OOB_DECOMPRESS
+        return None
+    if copy:
+        out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
+        dst = PyBytes_AS_STRING(out)
+    else:
+        v = _Inflated.__new__(_Inflated)
+        v.data = <char *>malloc(<size_t>size if size else 1)
+        if v.data == NULL:
+            raise MemoryError()
+        v.size = <Py_ssize_t>size
+        dst = v.data
+    with nogil:
+        rc = uc_lz4_decompress(f.data, f.size, dst, <size_t>size)
+    if rc != UC_OK:
+        err[0] = _ERR_OOB_DECOMPRESS
+        return None
+    return out if copy else PyMemoryView_FromObject(v)
+
+
+cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     """The decoder's value for the i-th frame after the payload of the
-    message ctx (a uc_msg being delivered): a read-only memoryview over the
-    zmq frame itself, or over a copy for a source without zmq frames."""
-    cdef const uc_msg *m = <const uc_msg *>ctx
+    message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
+    memoryview over the zmq frame itself, or over a copy for a source without
+    zmq frames, or over its decompressed bytes (flags: _OOB_LZ4)."""
+    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
-    cdef int rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
+    cdef int rc
+    if flags & _OOB_LZ4:
+        return _oob_inflated(c, i, size, False, err)
+    rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
     if rc == UC_OK:
         f = _HeldFrame.__new__(_HeldFrame)
         f.h = h
@@ -163,6 +255,30 @@ cdef object _oob_value(void *ctx, size_t i):
     if rc == UC_ERR_NOMEM:
         raise MemoryError()
     return PyMemoryView_FromObject(PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size))
+
+
+cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
+    """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
+    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef const uc_msg *m = c.m
+    if flags & _OOB_LZ4:
+        return _oob_inflated(c, i, size, True, err)
+    return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
+
+
+cdef int _compression_arg(object value) except -1:
+    """publisher(compression=...): 1 for "lz4", 0 for None."""
+    if value is None:
+        return 0
+    if not isinstance(value, str):
+        raise TypeError(f"compression must be None or 'lz4', not {type(value).__name__}")
+    if value != "lz4":
+        raise ValueError(f"compression must be None or 'lz4', not {value!r}")
+    if not uc_lz4_available():
+        raise ValueError("compression='lz4' needs liblz4; this upcall was built without it "
+                         "(install liblz4's development files, e.g. Debian's liblz4-dev, and "
+                         "rebuild; upcall.COMPRESSION lists what this build has)")
+    return 1
 
 
 cdef Py_ssize_t _oob_threshold_arg(object value) except -2:

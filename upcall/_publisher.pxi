@@ -139,6 +139,7 @@ cdef class Publisher:
     cdef int _fork_generation
     cdef long _pid
     cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
+    cdef bint _compress      # publisher(compression="lz4")
     cdef int _coalesce       # UC_SEND_COALESCE for publisher(coalesce=True), else 0
     cdef size_t _max_batch   # publisher(max_batch=..., max_bytes=...): also send_many's
     cdef size_t _max_bytes
@@ -251,25 +252,36 @@ cdef class Publisher:
                           list oob, int ms, bint copy):
         """Send the payload and the out-of-band values in oob (OobBuffer):
         over their own memory (a release through _relq marks the Sent done
-        once libzmq is done with every frame), or copied (copy=True).  Never
+        once libzmq is done with every frame), or copied (copy=True), or
+        compressed into buffers of libzmq's own (compression="lz4": the
+        frames that pay, whose buffers are then free at once).  Never
         coalesced: on a coalescing publisher the topic's open batch goes
         first (the C core sends it), then this message alone."""
         cdef uc_oob_frame frames[14]
-        cdef size_t i, n = len(oob)
+        cdef size_t i, n = len(oob), n_raw = n
         cdef Sent sent = Sent.__new__(Sent)
         cdef uc_release *r = NULL
         cdef OobBuffer b
-        if not copy:
-            r = uc_release_new(_relq, <void *>sent)
-            if r == NULL:
-                raise MemoryError()
-            Py_INCREF(sent)            # the queue's reference, dropped by _drain_releases
-            sent._buffers = oob
         for i in range(n):
             b = <OobBuffer>oob[i]
             frames[i].data = b.view.buf
             frames[i].size = <size_t>b.view.len
-            frames[i].release = r
+            frames[i].release = NULL
+            frames[i].cbuf = NULL
+        if self._compress:
+            n_raw = self._compress_frames(data, oob, frames, n)
+        if not copy and n_raw:
+            r = uc_release_new(_relq, <void *>sent)
+            if r == NULL:
+                self._put_cbufs(frames, n)
+                raise MemoryError()
+            Py_INCREF(sent)            # the queue's reference, dropped by _drain_releases
+            sent._buffers = oob if n_raw == n else [
+                oob[i] for i in range(n) if frames[i].cbuf == NULL]
+            for i in range(n):
+                frames[i].release = r
+        else:
+            sent._done = True          # nothing of the sender's is held
         try:
             self._send_raw(tb, tn, data, size, ms, frames, n, 0)
         finally:
@@ -277,9 +289,34 @@ cdef class Publisher:
             # references; the buffers are released once they are all back.
             if r != NULL:
                 uc_release_put(r)
+            self._put_cbufs(frames, n)
         if copy:
             return None        # libzmq has its own copies: nothing to wait for
         return sent
+
+    cdef size_t _compress_frames(self, const char *data, list oob, uc_oob_frame *frames, size_t n):
+        """compression="lz4": compress the frames that pay (csrc/compress.h),
+        without the GIL, and flag their references in the payload (ours: the
+        writer's buffer).  Returns how many frames stay raw."""
+        cdef size_t i, n_raw = n
+        cdef OobBuffer b
+        with nogil:
+            for i in range(n):
+                if frames[i].size >= UC_LZ4_MIN_FRAME:
+                    frames[i].cbuf = uc_lz4_frame(frames[i].data, frames[i].size)
+        for i in range(n):
+            if frames[i].cbuf != NULL:
+                b = <OobBuffer>oob[i]
+                (<char *>data)[b.ref_at + 1] |= _OOB_LZ4     # flags (docs/wire.md)
+                n_raw -= 1
+        return n_raw
+
+    cdef void _put_cbufs(self, uc_oob_frame *frames, size_t n) noexcept:
+        cdef size_t i
+        for i in range(n):
+            if frames[i].cbuf != NULL:
+                uc_cbuf_put(frames[i].cbuf)     # libzmq holds its own references
+                frames[i].cbuf = NULL
 
     def send_async(self, topic, obj, *, timeout=None):
         """Encode ``obj`` now; return an awaitable that sends ``[topic, payload]``

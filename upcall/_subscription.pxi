@@ -100,6 +100,8 @@ cdef class Subscription:
     cdef object _pending          # caller mode: a BaseException to re-raise from poll
     cdef Decoder _decoder
     cdef bint _with_topic
+    cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
+    cdef uint64_t _max_oob_size   # a decompressed frame larger is refused: max_message_size
     cdef bint _caller
     cdef bint _closed
     cdef str _thread_name

@@ -71,7 +71,7 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
     while i < n:
         m = batch + (idx[i] if idx != NULL else i)
         try:
-            obj = _decode(decoder, m)
+            obj = _decode(decoder, m, sub)
         except BaseException as exc:
             if msgs:
                 verdict = _hand_list(sub, handler, msgs)

@@ -221,7 +221,7 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
             while i < n:
                 m = batch + (idx[i] if idx != NULL else i)
                 decoding = True
-                obj = _decode(decoder, m)
+                obj = _decode(decoder, m, sub)
                 decoding = False
                 if handler is not None:   # the vtable: a C call, no tuple
                     if with_topic:
@@ -270,16 +270,24 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     return verdict
 
 
-cdef inline object _decode(Decoder decoder, const uc_msg *m):
+cdef inline object _decode(Decoder decoder, const uc_msg *m, Subscription sub):
     """The message's payload as a Python object, its out-of-band references
-    resolved to the frames after it (_oob_value); DecodeError for a message
+    resolved to the frames after it (_decode_oob); DecodeError for a message
     cut at UC_MAX_FRAMES (no byte is at fault: offset None)."""
     if m.n_frames > 2 + m.n_extra:
         _raise_frames(m)
     if m.n_extra == 0:          # the usual message: three arguments, as before frames
         return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
+    return _decode_oob(decoder, m, sub)
+
+
+cdef object _decode_oob(Decoder decoder, const uc_msg *m, Subscription sub):
+    # Out of line: only messages with frames after the payload come here.
+    cdef _oob_ctx c
+    c.m = m
+    c.max_size = sub._max_oob_size
     return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra, m.n_extra,
-                              _oob_value, <void *>m)
+                              _oob_bytes if sub._copy else _oob_value, <void *>&c)
 
 
 cdef int _raise_frames(const uc_msg *m) except -1:

@@ -155,7 +155,7 @@ static int send_and_hold(int transport)
     memset(small, 's', 100);
     int token;
     uc_release *r = uc_release_new(q, &token);
-    uc_oob_frame frames[2] = {{big, BIG, r}, {small, 100, NULL}};
+    uc_oob_frame frames[2] = {{big, BIG, r, NULL}, {small, 100, NULL, NULL}};
     CHECK_EQ(uc_pub_send_frames(p, "t", 1, "\x90", 1, frames, 2, -1), UC_OK);
     CHECK_EQ(uc_pub_send_frames(p, "t", 1, "\x90", 1, frames, UC_MAX_FRAMES - 1, -1), UC_ERR_ARG);
     uc_release_put(r);
@@ -220,7 +220,7 @@ static int test_failed_send_takes_nothing(void)
     int token;
     uc_release *r = uc_release_new(q, &token);
     char data[64] = {0};
-    uc_oob_frame f = {data, sizeof data, r};
+    uc_oob_frame f = {data, sizeof data, r, NULL};
     CHECK_EQ(uc_pub_send_frames(p, "t", 1, "\xc0", 1, &f, 1, 0), UC_ERR_AGAIN);
     CHECK_EQ(uc_pub_send_frames(p, "t", 1, "\xc0", 1, &f, 1, 20), UC_ERR_AGAIN);
     CHECK_EQ(uc_relq_ready(q), 0);

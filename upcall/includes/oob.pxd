@@ -2,6 +2,7 @@
 from libc.stdint cimport uint64_t
 
 from upcall.includes.bus cimport uc_pub, uc_sub, uc_frame
+from upcall.includes.compress cimport uc_cbuf
 
 cdef extern from "oob.h" nogil:
     ctypedef struct uc_relq:
@@ -14,6 +15,7 @@ cdef extern from "oob.h" nogil:
         const void *data
         size_t size
         uc_release *release
+        uc_cbuf *cbuf
 
     uc_relq *uc_relq_new()
     void uc_relq_free(uc_relq *q)

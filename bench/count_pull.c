@@ -1,0 +1,92 @@
+/* The receiver of the --bus publishing rows: counts messages, coalesced or not.
+ *
+ *     count_pull ENDPOINT N
+ *
+ * Binds a PULL and receives until N messages have arrived (or nothing came
+ * for 5 s), then prints {"delivered": D, "zmq_messages": Z, "bad": B}.  A
+ * payload that is a coalesced message (docs/wire.md, ext 127: c9 <u32 BE
+ * length> 7f 01 <msgpack objects>) counts as the objects it holds, walked
+ * with the core's own bounds-checked reader (csrc/msgpack.c, mp_skip); any
+ * other payload counts as one message.  A malformed coalesced payload counts
+ * the objects before the fault and one "bad".  It only counts, so that the
+ * publishing rows measure the sender, and lost = N - delivered.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <zmq.h>
+
+#include "msgpack.h"
+
+#define STALL_MS 5000
+
+/* Messages in one payload; *bad set when a coalesced one is malformed. */
+static long count_payload(const unsigned char *p, size_t len, int *bad)
+{
+    if (len < 7 || p[0] != 0xc9 || p[5] != 0x7f)
+        return 1;
+    uint32_t ext_len = mp__be32(p + 1);
+    if ((size_t)ext_len + 6 != len || p[6] != 1) {
+        *bad = 1;
+        return 0;
+    }
+    mp_reader r;
+    mp_reader_init(&r, (const char *)p + 7, len - 7);
+    long k = 0;
+    while (r.pos < r.len) {
+        if (mp_skip(&r, MP_SKIP_MAX_DEPTH) != MP_OK) {
+            *bad = 1;
+            break;
+        }
+        k++;
+    }
+    return k;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: count_pull ENDPOINT N\n");
+        return 2;
+    }
+    long n = atol(argv[2]);
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_PULL);
+    int zero = 0, stall = STALL_MS;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
+    if (zmq_bind(sock, argv[1]) != 0) {
+        fprintf(stderr, "count_pull: bind %s: %s\n", argv[1], zmq_strerror(zmq_errno()));
+        return 1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    long delivered = 0, zmq_messages = 0, bad = 0;
+    int frame = 0;
+    while (delivered < n) {
+        if (zmq_msg_recv(&msg, sock, 0) < 0)
+            break;                                  /* stalled (or interrupted) */
+        if (frame == 1) {                           /* [topic, payload, ...]: the payload */
+            int b = 0;
+            delivered += count_payload(zmq_msg_data(&msg), zmq_msg_size(&msg), &b);
+            bad += b;
+        }
+        frame++;
+        if (!zmq_msg_more(&msg)) {
+            if (frame == 1)
+                delivered++;                        /* a single-frame message */
+            frame = 0;
+            zmq_messages++;
+        }
+    }
+    zmq_msg_close(&msg);
+    printf("{\"delivered\": %ld, \"zmq_messages\": %ld, \"bad\": %ld}\n",
+           delivered, zmq_messages, bad);
+    fflush(stdout);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return 0;
+}

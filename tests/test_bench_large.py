@@ -1,0 +1,96 @@
+"""The --large benchmark section runs in quick mode and reports what it documents.
+
+No timing assertions: the rows are produced, nothing is lost, a row this
+build cannot run says why instead of showing a figure, --huge is skipped
+with its reason when memory is short, and the shaped link's namespaces are
+gone afterwards, even when a row fails.
+"""
+import argparse
+import subprocess
+
+import pytest
+
+from bench_package import bench_module
+
+large = bench_module("large")
+compression = bench_module("compression")
+netns = bench_module("netns")
+
+MB = 1_000_000
+
+
+def _opts(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    large.add_arguments(parser)
+    return parser.parse_args(["--quick", "--large-sizes", "1", *argv])
+
+
+def _namespaces():
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return {line.split()[0] for line in r.stdout.splitlines() if line.strip()}
+
+
+def test_bandwidth_and_compression_rows(capsys):
+    pytest.importorskip("zmq")
+    pytest.importorskip("numpy")
+    before = _namespaces() if netns.unavailable() is None else set()
+    records = large.run(_opts("--large-transports", "inproc,ipc",
+                              "--large-impls", "upcall,pyzmq copy=False"))
+    out = capsys.readouterr().out
+    bandwidth = [r for r in records if r.get("part") != "compression"]
+    assert {(r["transport"], r["impl"]) for r in bandwidth} == {
+        (t, i) for t in ("inproc", "ipc") for i in ("upcall", "pyzmq copy=False")} | {
+        ("-", "memcpy touched"), ("-", "memcpy fresh")}
+    assert all(r["gbps"] > 0 for r in bandwidth)
+
+    rows = [r for r in records if r.get("part") == "compression"]
+    links = ["loopback"] + (["1gbit"] if netns.unavailable() is None else [])
+    assert {(r["link"], r["data"], r["impl"]) for r in rows} == {
+        (lk, d, i) for lk in links for d in compression.DATA for i in compression.IMPLS}
+    why = compression.lz4_unavailable()
+    for r in rows:
+        if r.get("na"):
+            assert r["impl"] == "upcall lz4" and r["na"] == why
+        else:
+            assert r["lost"] == 0 and r["gbps"] > 0, r
+            assert r["x_raw"] > 0
+    if netns.unavailable() is not None:
+        assert "skipped the 1gbit link" in out
+    else:
+        assert _namespaces() == before
+
+
+def test_huge_is_skipped_with_its_reason_when_memory_is_short(monkeypatch, capsys):
+    monkeypatch.setattr(large, "MEMORY_FACTOR", 10 ** 9)
+    records = large.run(_opts("--huge", "--large-transports", "inproc", "--large-impls", "upcall",
+                              "--large-compression", "no"))
+    out = capsys.readouterr().out
+    assert "skipped the 1000 MB rows (--huge): needs about" in out
+    assert {r["size"] for r in records} == {1 * MB}
+
+
+def test_compressible_data_compresses_and_random_does_not():
+    import zlib
+    c, r = compression.make_data("compressible", MB), compression.make_data("random", MB)
+    assert len(c) == len(r) == MB
+    assert len(zlib.compress(c, 1)) < 0.3 * MB < 0.99 * MB < len(zlib.compress(r, 1))
+    assert compression.make_data("compressible", 1000) == compression.make_data("compressible", 1000)
+    with pytest.raises(ValueError, match="data must be one of"):
+        compression.make_data("text", 10)
+
+
+def test_the_link_is_removed_even_when_a_row_fails():
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    before = _namespaces()
+    with pytest.raises(RuntimeError, match="a row failed"):
+        with netns.RateLimitedLink("1gbit") as link:
+            assert {link.a, link.b} <= _namespaces()
+            for ns, dev in ((link.a, link.dev_a), (link.b, link.dev_b)):
+                shown = subprocess.run(link.exec_in(ns) + ["tc", "qdisc", "show", "dev", dev],
+                                       capture_output=True, text=True, check=True).stdout
+                assert "tbf" in shown and "rate 1Gbit" in shown, shown
+            raise RuntimeError("a row failed")
+    assert _namespaces() == before
