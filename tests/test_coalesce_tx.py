@@ -332,6 +332,20 @@ def test_send_many(bus, receiver, coalesce):
     assert r.wait(22)[-1] == (b"t", "one")
 
 
+def test_send_many_out_of_band_on_a_coalescing_publisher(bus, receiver):
+    r = receiver()
+    pub = publisher(bus, r.endpoint, max_delay=None, oob_threshold=100)
+    blob = bytearray(b"y" * 1000)
+    pub.send_many(b"t", [1, {"blob": blob}, 3])
+    blob[:] = b"z" * 1000                          # copied: free once send_many returns
+    got = [m for _, m in r.wait(3)]
+    assert got[0] == 1 and got[2] == 3
+    if r.frames is not None:
+        assert [len(f) for f in r.frames] == [2, 3, 2] and r.frames[1][2] == b"y" * 1000
+    else:
+        assert bytes(got[1]["blob"]) == b"y" * 1000
+
+
 def test_send_many_encoder(bus, receiver):
     r = receiver()
     pub = publisher(bus, r.endpoint, coalesce=False, encoder=msgpack.packb)

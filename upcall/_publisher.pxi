@@ -213,11 +213,15 @@ cdef class Publisher:
         cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
         cdef const char *tb
         cdef size_t tn
-        cdef mp_writer own
         keep = _topic_of(topic, &tb, &tn)
         self._check_open()
         if uc_relq_ready(_relq):
             _drain_releases()
+        return self._send_obj(tb, tn, obj, ms, copy)
+
+    cdef object _send_obj(self, const char *tb, size_t tn, object obj, int ms, bint copy):
+        """send() after its checks: encode obj, send or coalesce it."""
+        cdef mp_writer own
         if self._encode is not None:
             self._send_payload(tb, tn, _encoded(self._encode, obj), ms, self._coalesce)
             return None
@@ -374,8 +378,10 @@ cdef class Publisher:
         On a coalescing publisher they join the topic's pending batch, then
         everything pending is flushed.  On any other publisher the batches
         are built here, after the topic's earlier messages, and sent at once:
-        the same messages on the wire.  Values are packed inline (no
-        out-of-band frames).  ``timeout`` as for :meth:`send`, per zmq
+        the same messages on the wire, values packed inline.  (On a
+        coalescing publisher a message with values of ``oob_threshold``
+        bytes or more goes alone, as with send, its values copied.)
+        ``timeout`` as for :meth:`send`, per zmq
         message; an error leaves the objects before the failing batch sent
         and the rest not (on a coalescing publisher, pending).
         """
@@ -386,7 +392,7 @@ cdef class Publisher:
         self._check_open()
         if self._coalesce:
             for obj in objs:
-                self.send(topic, obj, timeout=timeout)
+                self._send_obj(tb, tn, obj, ms, True)   # no Sent to give back: copy
             self.flush(timeout=timeout)
             return None
         self._send_built(tb, tn, objs, ms)
