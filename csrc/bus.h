@@ -332,7 +332,7 @@ typedef struct uc_pub_opts {
      * uc_pub_flush, and at close.  At most max_topics topics have a batch
      * open at once: a new topic past that sends the oldest batch first. */
     int coalesce;
-    int max_delay_us;
+    int64_t max_delay_us;
     size_t max_batch, max_bytes, max_topics;
 } uc_pub_opts;
 

@@ -457,6 +457,14 @@ def test_argument_errors(bus, kw, exc, name):
         bus.publisher("tcp://127.0.0.1:*", coalesce=kw.pop("coalesce", True), **kw)
 
 
+def test_max_delay_range(bus):
+    # The longest delay is an hour (in microseconds it does not fit an int).
+    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600).close()
+    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=0).close()
+    with pytest.raises(ValueError, match="max_delay"):
+        bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600.5)
+
+
 def test_send_many_argument_errors(bus, receiver):
     r = receiver()
     pub = publisher(bus, r.endpoint)

@@ -7,7 +7,7 @@ DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BYTES = 64 * 1024
 
 
-cdef int _max_delay_us(object value) except? -2:
+cdef int64_t _max_delay_us(object value) except? -2:
     """publisher(max_delay=...): seconds (0 .. 3600) as microseconds; None: -1."""
     if value is None:
         return -1
@@ -15,7 +15,7 @@ cdef int _max_delay_us(object value) except? -2:
         raise TypeError(f"max_delay must be a number of seconds or None, not {type(value).__name__}")
     if not (0 <= value <= 3600):
         raise ValueError(f"max_delay must be between 0 and 3600 seconds (or None), not {value!r}")
-    return <int>round(value * 1e6)
+    return <int64_t>round(value * 1e6)
 
 
 cdef class _TopicView:

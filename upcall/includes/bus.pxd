@@ -135,7 +135,7 @@ cdef extern from "bus.h" nogil:
         const uc_sockopt *sockopts
         size_t n_sockopts
         int coalesce
-        int max_delay_us
+        int64_t max_delay_us
         size_t max_batch, max_bytes, max_topics
 
     enum:
