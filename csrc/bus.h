@@ -336,6 +336,17 @@ typedef struct uc_pub_opts {
     uc_curve curve;               /* all zero: a plain endpoint */
     const uc_sockopt *sockopts;   /* more libzmq options, n_sockopts of them */
     size_t n_sockopts;
+    /* Coalescing (coalesce.h; docs/wire.md, ext 127): coalesce != 0 turns
+     * it on.  A batch is sent once it holds max_batch messages (>= 1), when
+     * the next message would take it over max_bytes (payload bytes, the
+     * 7-byte header included; a message too large for a batch goes alone),
+     * max_delay_us after its first message (sent by a thread of the
+     * publisher's own; < 0: never, only uc_pub_flush and close send it), by
+     * uc_pub_flush, and at close.  At most max_topics topics have a batch
+     * open at once: a new topic past that sends the oldest batch first. */
+    int coalesce;
+    int64_t max_delay_us;
+    size_t max_batch, max_bytes, max_topics;
 } uc_pub_opts;
 
 typedef struct uc_pub uc_pub;
@@ -355,9 +366,42 @@ int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
 /* Send [topic, payload] only if that can be done at once, without waiting
  * even for another sender's turn: UC_ERR_AGAIN at the high-water mark or
  * while another thread is sending (it may be blocked at the mark).  For an
- * event loop, which must never block; it retries later. */
+ * event loop, which must never block; it retries later.  Never coalesced:
+ * a coalescing publisher sends the topic's open batch first. */
 int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len);
+
+/* uc_pub_send_ex flags. */
+enum {
+    UC_SEND_TRY = 1,      /* never wait for another sender's turn: UC_ERR_BUSY (with
+                           * timeout_ms 0: a call that never blocks at all, safe
+                           * while holding a lock a blocked sender may need) */
+    UC_SEND_COALESCE = 2, /* a coalescing publisher: append the payload (one
+                           * complete msgpack object, no frames) to the topic's
+                           * batch instead of sending it now */
+};
+
+/* uc_pub_send_frames with flags.  Without UC_SEND_COALESCE a coalescing
+ * publisher first sends the topic's open batch (order per topic is kept).
+ * With it: UC_OK once the message is in its batch; the send waits (per
+ * timeout_ms, as a send) only when a batch in the way must go first and the
+ * high-water mark holds it.  UC_ERR_ARG with frames or on a publisher that
+ * does not coalesce.  frames: see uc_pub_send_frames (oob.h). */
+struct uc_oob_frame;
+int uc_pub_send_ex(uc_pub *pub, const void *topic, size_t topic_len,
+                   const void *payload, size_t payload_len,
+                   const struct uc_oob_frame *frames, size_t n_frames, int timeout_ms,
+                   int flags);
+
+/* Send every open batch, oldest first, each one waiting per timeout_ms as a
+ * send.  UC_OK (nothing pending, also on a publisher that does not
+ * coalesce), or a send's error with the rest still pending.  flags:
+ * UC_SEND_TRY as above. */
+int uc_pub_flush(uc_pub *pub, int timeout_ms, int flags);
+
+/* Messages waiting in open batches now (0 without coalescing).  Never
+ * waits (not even for a sender blocked at the high-water mark). */
+size_t uc_pub_pending(uc_pub *pub);
 
 /* Readiness of a UC_PUB publisher: wait until its peers hold at least n
  * subscriptions (a SUB subscribed to k prefixes holds k; one that went away
@@ -380,7 +424,8 @@ void uc_pub_shutdown(uc_pub *pub);
  * close that must end by a deadline.  Any thread, before uc_pub_close. */
 void uc_pub_cap_linger(uc_pub *pub, int max_ms);
 
-/* Close the socket (lingering up to linger_ms) and free.  No uc_pub_send may
+/* Close the socket (lingering up to linger_ms) and free.  A coalescing
+ * publisher first sends its open batches, within linger_ms too.  No uc_pub_send may
  * run or start concurrently (uc_pub_shutdown first, then wait for them). */
 void uc_pub_close(uc_pub *pub);
 

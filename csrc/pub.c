@@ -17,7 +17,14 @@
  * the number of subscriptions the peers hold now.  (Without it XPUB reports
  * only a prefix's first subscriber and last unsubscriber.)  Unread, those
  * messages would pile up inside libzmq for as long as peers come and go, so
- * every DRAIN_EVERY sends reads them too. */
+ * every DRAIN_EVERY sends reads them too.
+ *
+ * A coalescing publisher (coalesce.h) appends messages to per-topic batches
+ * under the same mutex, and a thread of its own (the flusher) sends a batch
+ * max_delay after its first message: no message waits for a next send, and
+ * Python is never involved.  The flusher sleeps on a condition variable over
+ * the mutex, woken only when a batch opens while none was (a later batch
+ * is due later: one deadline, the oldest, is all it needs). */
 #define _GNU_SOURCE
 #include "bus_impl.h"
 
@@ -28,9 +35,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "coalesce.h"
 #include "compress.h"
 #include "oob_impl.h"
 #include "sockopt.h"
@@ -50,6 +59,15 @@ struct uc_pub {
     int subscriptions;  /* XPUB: subscribe minus unsubscribe messages read (mutex) */
     unsigned sends_since_drain; /* (mutex) */
     char last_endpoint[UC_ENDPOINT_MAX];
+    /* Coalescing: all under the mutex. */
+    int coalesce;
+    uc_coal co;
+    int64_t max_delay_ns;   /* < 0: no flusher */
+    int has_flusher;
+    pthread_t flusher;
+    pthread_cond_t cv;      /* wakes the flusher */
+    int flusher_idle;       /* waiting with no batch open */
+    int flusher_stop;
 };
 
 /* Sends between two readings of the subscription messages (see above): a
@@ -62,13 +80,59 @@ enum { DRAIN_EVERY = 1024 };
  * it alone. */
 enum { SUBS_RECHECK_MS = 50 };
 
+/* The flusher's retry when a batch cannot go (a full pipe, no peer yet):
+ * it lets the mutex go meanwhile, so senders are not held up by it. */
+enum { FLUSH_RETRY_MS = 1 };
+
+static void *flusher_main(void *arg);
+
+/* The coalescing half of uc_pub_open: the batches and the flusher. */
+static int coalesce_open(uc_pub *p, const uc_pub_opts *o)
+{
+    int rc = uc_coal_init(&p->co, o->max_topics, o->max_batch, o->max_bytes);
+    if (rc != UC_OK)
+        return rc;
+    p->coalesce = 1;
+    p->max_delay_ns = o->max_delay_us < 0 ? -1 : (int64_t)o->max_delay_us * 1000;
+    int e = uc_cond_init_monotonic(&p->cv);
+    if (e == 0 && p->max_delay_ns >= 0) {
+        e = pthread_create(&p->flusher, NULL, flusher_main, p);
+        if (e != 0)
+            pthread_cond_destroy(&p->cv);
+        p->has_flusher = e == 0;
+    }
+    if (e != 0) {
+        uc_coal_free(&p->co);
+        p->coalesce = 0;
+        errno = e;
+        return UC_ERR_SYS;
+    }
+    return UC_OK;
+}
+
+static void coalesce_close(uc_pub *p)
+{
+    if (!p->coalesce)
+        return;
+    if (p->has_flusher) {
+        pthread_mutex_lock(&p->mu);
+        p->flusher_stop = 1;
+        pthread_cond_signal(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->flusher, NULL);
+        p->has_flusher = 0;
+    }
+}
+
 uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
 {
     int dummy, e;
     if (!err)
         err = &dummy;
     if (!bus || !o || !o->endpoint || (o->kind != UC_PUB && o->kind != UC_PUSH)
-        || !uc_sock_options_allowed(o->sockopts, o->n_sockopts)) {
+        || !uc_sock_options_allowed(o->sockopts, o->n_sockopts)
+        || (o->coalesce && (!o->max_batch || !o->max_topics || o->max_bytes <= UC_BATCH_HEADER
+                            || o->max_bytes > UINT32_MAX))) {
         *err = UC_ERR_ARG;
         return NULL;
     }
@@ -89,7 +153,9 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
     }
-    int code = uc_bus_sock_open(bus);
+    int code = o->coalesce ? coalesce_open(p, o) : UC_OK;
+    if (code == UC_OK)
+        code = uc_bus_sock_open(bus);
     if (code == UC_OK) {
         p->bus = bus;
         code = UC_ERR_ZMQ;
@@ -117,6 +183,12 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             if (p->sock)
                 zmq_close(p->sock);
             uc_bus_release(bus);
+        }
+        uc_pub_shutdown(p);
+        coalesce_close(p);
+        if (p->coalesce) {
+            uc_coal_free(&p->co);
+            pthread_cond_destroy(&p->cv);
         }
         close(p->efd);
         pthread_mutex_destroy(&p->mu);
@@ -166,57 +238,16 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
     return rc;
 }
 
-/* The body of a send, with the senders' mutex held.  caller_sub is the
- * subscription whose deliver we run inside (NULL if none): its close must be
- * able to interrupt us (its loop cannot end before we return).  A wake-up
- * meant for that loop that we consume sets *took_loop_wake: the caller gives
- * it back once the mutex is released. */
-static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
-                       const void *payload, size_t payload_len,
-                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
-                       uc_sub *caller_sub, int *took_loop_wake)
+/* One attempt at sending a whole message, never waiting (mutex held):
+ * UC_OK, UC_ERR_AGAIN (the high-water mark: nothing was sent) or
+ * UC_ERR_ZMQ.  The mark is checked on a message's first frame only: once it
+ * is accepted the rest of the message goes through without blocking. */
+static int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
+                           const void *payload, size_t payload_len,
+                           const uc_oob_frame *frames, size_t n_frames)
 {
-    struct timespec deadline;
-    if (timeout_ms > 0)
-        uc_deadline_after(&deadline, timeout_ms);
-    for (;;) {
-        if (uc_bus_closing(p->bus)) {
-            /* What zmq says of a socket in a terminated context (checked
-             * first: closing a bus shuts its publishers down too). */
-            errno = ETERM;
-            return UC_ERR_ZMQ;
-        }
-        if (atomic_load_explicit(&p->closing, memory_order_relaxed))
-            return UC_ERR_CLOSED;
-        /* Always try without blocking first; only a full pipe waits, and it
-         * waits in zmq_poll with the eventfds so that closing interrupts it. */
-        if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-            break;
-        if (errno != EAGAIN)
-            return UC_ERR_ZMQ;
-        if (caller_sub && uc_sub_stopping(caller_sub))
-            return UC_ERR_STOPPING;
-        long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
-        if (wait == 0)
-            return UC_ERR_AGAIN;
-        zmq_pollitem_t items[4] = {
-            {.socket = p->sock, .events = ZMQ_POLLOUT},
-            {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
-            {.socket = NULL, .fd = uc_bus_closing_fd(p->bus), .events = ZMQ_POLLIN},
-            {.socket = NULL, .fd = caller_sub ? caller_sub->efd : -1, .events = ZMQ_POLLIN},
-        };
-        if (zmq_poll(items, caller_sub ? 4 : 3, wait) < 0 && errno != EINTR)
-            return UC_ERR_ZMQ;
-        if (caller_sub && (items[3].revents & ZMQ_POLLIN) && !uc_sub_stopping(caller_sub)) {
-            /* A wake-up meant for the loop (uc_sub_wake), which cannot look
-             * while we run inside its deliver: take it so as not to spin on
-             * it, and give it back before returning. */
-            uc_efd_drain(caller_sub->efd);
-            *took_loop_wake = 1;
-        }
-    }
-    /* The HWM is checked on a message's first frame only: once it is
-     * accepted the rest of the message goes through without blocking. */
+    if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return errno == EAGAIN ? UC_ERR_AGAIN : UC_ERR_ZMQ;
     if (send_retry(p->sock, payload, payload_len, n_frames ? ZMQ_SNDMORE : 0) < 0)
         return UC_ERR_ZMQ;
     for (size_t i = 0; i < n_frames; i++) {
@@ -262,6 +293,215 @@ static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
     return UC_OK;
 }
 
+/* The refusals every send starts with (mutex held). */
+static int send_refused(uc_pub *p)
+{
+    if (uc_bus_closing(p->bus)) {
+        /* What zmq says of a socket in a terminated context (checked
+         * first: closing a bus shuts its publishers down too). */
+        errno = ETERM;
+        return UC_ERR_ZMQ;
+    }
+    if (atomic_load_explicit(&p->closing, memory_order_relaxed))
+        return UC_ERR_CLOSED;
+    return UC_OK;
+}
+
+/* A send with the senders' mutex held.  caller_sub is the subscription
+ * whose deliver we run inside (NULL if none): its close must be able to
+ * interrupt us (its loop cannot end before we return).  A wake-up meant for
+ * that loop that we consume sets *took_loop_wake: the caller gives it back
+ * once the mutex is released. */
+static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
+                       const void *payload, size_t payload_len,
+                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
+                       uc_sub *caller_sub, int *took_loop_wake)
+{
+    struct timespec deadline;
+    if (timeout_ms > 0)
+        uc_deadline_after(&deadline, timeout_ms);
+    for (;;) {
+        int rc = send_refused(p);
+        if (rc != UC_OK)
+            return rc;
+        /* Always try without blocking first; only a full pipe waits, and it
+         * waits in zmq_poll with the eventfds so that closing interrupts it. */
+        rc = try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
+        if (rc != UC_ERR_AGAIN)
+            return rc;
+        if (caller_sub && uc_sub_stopping(caller_sub))
+            return UC_ERR_STOPPING;
+        long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
+        if (wait == 0)
+            return UC_ERR_AGAIN;
+        zmq_pollitem_t items[4] = {
+            {.socket = p->sock, .events = ZMQ_POLLOUT},
+            {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
+            {.socket = NULL, .fd = uc_bus_closing_fd(p->bus), .events = ZMQ_POLLIN},
+            {.socket = NULL, .fd = caller_sub ? caller_sub->efd : -1, .events = ZMQ_POLLIN},
+        };
+        if (zmq_poll(items, caller_sub ? 4 : 3, wait) < 0 && errno != EINTR)
+            return UC_ERR_ZMQ;
+        if (caller_sub && (items[3].revents & ZMQ_POLLIN) && !uc_sub_stopping(caller_sub)) {
+            /* A wake-up meant for the loop (uc_sub_wake), which cannot look
+             * while we run inside its deliver: take it so as not to spin on
+             * it, and give it back before returning. */
+            uc_efd_drain(caller_sub->efd);
+            *took_loop_wake = 1;
+        }
+    }
+}
+
+/* ---- coalescing (mutex held) ------------------------------------------- */
+
+/* What a send waits with: its timeout and, inside a deliver, that loop. */
+typedef struct send_ctx {
+    int timeout_ms;
+    uc_sub *caller_sub;
+    int took_loop_wake;
+} send_ctx;
+
+static int send_batch_locked(uc_pub *p, uc_batch *b, send_ctx *sc)
+{
+    size_t len;
+    const char *payload = uc_batch_payload(b, &len);
+    int rc = send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0, sc->timeout_ms,
+                         sc->caller_sub, &sc->took_loop_wake);
+    if (rc == UC_OK)
+        uc_batch_clear(&p->co, b);
+    return rc;
+}
+
+/* Before a message of this topic that is not coalesced: its open batch. */
+static int send_topic_batch_locked(uc_pub *p, const void *topic, size_t topic_len, send_ctx *sc)
+{
+    uc_batch *b = p->coalesce ? uc_coal_find(&p->co, topic, topic_len) : NULL;
+    return b ? send_batch_locked(p, b, sc) : UC_OK;
+}
+
+static int flush_locked(uc_pub *p, send_ctx *sc)
+{
+    uc_batch *b;
+    while (p->coalesce && (b = uc_coal_oldest(&p->co)) != NULL) {
+        int rc = send_batch_locked(p, b, sc);
+        if (rc != UC_OK)
+            return rc;
+    }
+    return UC_OK;
+}
+
+/* Append one message to its topic's batch, sending what is in the way
+ * first: the oldest batch when every slot is taken, the topic's own batch
+ * when the message does not fit in it.  A message that fits no batch goes
+ * alone, after its topic's batch. */
+static int coalesce_locked(uc_pub *p, const void *topic, size_t topic_len,
+                           const void *msg, size_t len, send_ctx *sc)
+{
+    int rc = send_refused(p);
+    if (rc != UC_OK)
+        return rc;
+    if (uc_coal_alone(&p->co, len)) {
+        rc = send_topic_batch_locked(p, topic, topic_len, sc);
+        return rc != UC_OK ? rc
+                           : send_locked(p, topic, topic_len, msg, len, NULL, 0, sc->timeout_ms,
+                                         sc->caller_sub, &sc->took_loop_wake);
+    }
+    uc_batch *b;
+    int full;
+    while ((b = uc_coal_slot(&p->co, topic, topic_len, &full)) == NULL) {
+        if (!full)
+            return UC_ERR_NOMEM;
+        if ((rc = send_batch_locked(p, uc_coal_oldest(&p->co), sc)) != UC_OK)
+            return rc;
+    }
+    if (!uc_batch_fits(&p->co, b, len) && (rc = send_batch_locked(p, b, sc)) != UC_OK)
+        return rc;
+    int opened = b->count == 0, first_open = p->co.pending == 0;
+    if ((rc = uc_batch_append(&p->co, b, msg, len, opened ? uc_mono_ns() : 0)) != UC_OK)
+        return rc;
+    if (uc_batch_full(&p->co, b)) {
+        /* Sent now if that can be done without waiting; else it waits for
+         * the next send of this topic (which waits as sends do), a flush,
+         * or the flusher.  The message itself is taken either way. */
+        send_ctx now = {0};
+        send_batch_locked(p, b, &now);
+    } else if (first_open && p->flusher_idle) {
+        pthread_cond_signal(&p->cv);
+    }
+    return UC_OK;
+}
+
+/* The flusher: sends each batch max_delay after its first message. */
+static void *flusher_main(void *arg)
+{
+    uc_pub *p = arg;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "upcall-coalesce");
+    /* Linux lets a timed sleep of an ordinary thread overrun by up to 50
+     * us (timer slack, to merge wake-ups); a batch's delay is a promise
+     * to the subscriber, so this thread asks for none. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+#endif
+    pthread_mutex_lock(&p->mu);
+    while (!p->flusher_stop) {
+        uc_batch *b = uc_coal_oldest(&p->co);
+        if (!b) {
+            p->flusher_idle = 1;
+            pthread_cond_wait(&p->cv, &p->mu);
+            p->flusher_idle = 0;
+            continue;
+        }
+        int64_t due = b->since_ns + p->max_delay_ns, now = uc_mono_ns();
+        if (now >= due) {
+            /* Never waiting with the mutex held: a full pipe is retried a
+             * little later, senders going on meanwhile.  Closing sends what
+             * is left (uc_pub_close), so a closing publisher is left alone. */
+            size_t len;
+            const char *payload = uc_batch_payload(b, &len);
+            int rc = send_refused(p);
+            if (rc == UC_OK)
+                rc = try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0);
+            if (rc == UC_OK) {
+                uc_batch_clear(&p->co, b);
+                continue;
+            }
+            due = now + (int64_t)FLUSH_RETRY_MS * 1000000;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(due / 1000000000),
+                              .tv_nsec = (long)(due % 1000000000)};
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* At close: send what is pending, waiting for a full pipe up to linger_ms
+ * (< 0: no limit) in all, as libzmq lingers over what it has queued. */
+static void flush_at_close(uc_pub *p, int linger_ms)
+{
+    struct timespec deadline;
+    if (linger_ms > 0)
+        uc_deadline_after(&deadline, linger_ms);
+    uc_batch *b;
+    while ((b = uc_coal_oldest(&p->co)) != NULL) {
+        size_t len;
+        const char *payload = uc_batch_payload(b, &len);
+        int rc = try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0);
+        if (rc == UC_OK) {
+            uc_batch_clear(&p->co, b);
+            continue;
+        }
+        long wait = linger_ms < 0 ? -1 : linger_ms == 0 ? 0 : uc_ms_left(&deadline);
+        if (rc != UC_ERR_AGAIN || wait == 0)
+            return;   /* as libzmq drops what is still queued when linger ends */
+        zmq_pollitem_t item = {.socket = p->sock, .events = ZMQ_POLLOUT};
+        if (zmq_poll(&item, 1, wait) < 0 && errno != EINTR)
+            return;
+    }
+}
+
+/* ---- the entry points --------------------------------------------------- */
+
 static int check_send_args(uc_pub *p, const void **topic, size_t topic_len,
                            const void **payload, size_t payload_len)
 {
@@ -277,48 +517,92 @@ static int check_send_args(uc_pub *p, const void **topic, size_t topic_len,
 int uc_pub_send(uc_pub *p, const void *topic, size_t topic_len,
                 const void *payload, size_t payload_len, int timeout_ms)
 {
-    return uc_pub_send_frames(p, topic, topic_len, payload, payload_len, NULL, 0, timeout_ms);
+    return uc_pub_send_ex(p, topic, topic_len, payload, payload_len, NULL, 0, timeout_ms, 0);
 }
 
 int uc_pub_send_frames(uc_pub *p, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
                        const uc_oob_frame *frames, size_t n_frames, int timeout_ms)
 {
+    return uc_pub_send_ex(p, topic, topic_len, payload, payload_len, frames, n_frames,
+                          timeout_ms, 0);
+}
+
+/* Take the senders' mutex: at once (UC_SEND_TRY), or waiting for it. */
+static int lock_sender(uc_pub *p, int flags)
+{
+    if (flags & UC_SEND_TRY)
+        return pthread_mutex_trylock(&p->mu) == 0 ? UC_OK : UC_ERR_BUSY;
+    pthread_mutex_lock(&p->mu);
+    return UC_OK;
+}
+
+/* Release the mutex, then give back a loop's wake-up taken meanwhile. */
+static int unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
+{
+    int e = errno;
+    pthread_mutex_unlock(&p->mu);
+    if (sc->took_loop_wake)
+        uc_efd_signal(sc->caller_sub->efd);
+    errno = e;
+    return rc;
+}
+
+int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
+                   const void *payload, size_t payload_len,
+                   const uc_oob_frame *frames, size_t n_frames, int timeout_ms, int flags)
+{
     int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
     if (rc != UC_OK)
         return rc;
-    if ((n_frames && !frames) || n_frames > UC_MAX_FRAMES - 2)
+    if ((n_frames && !frames) || n_frames > UC_MAX_FRAMES - 2
+        || ((flags & UC_SEND_COALESCE) && (n_frames || !p->coalesce)))
         return UC_ERR_ARG;
-    uc_sub *caller_sub = uc_sub_current();
-    int took_loop_wake = 0;
-    pthread_mutex_lock(&p->mu);
-    rc = send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
-                     timeout_ms, caller_sub, &took_loop_wake);
-    int e = errno;
-    pthread_mutex_unlock(&p->mu);
-    if (took_loop_wake)
-        uc_efd_signal(caller_sub->efd);
-    errno = e;
-    return rc;
+    /* A try never waits, so it never needs to consume a loop's wake-up. */
+    send_ctx sc = {.timeout_ms = timeout_ms,
+                   .caller_sub = flags & UC_SEND_TRY ? NULL : uc_sub_current()};
+    if ((rc = lock_sender(p, flags)) != UC_OK)
+        return rc;
+    if (flags & UC_SEND_COALESCE) {
+        rc = coalesce_locked(p, topic, topic_len, payload, payload_len, &sc);
+    } else {
+        rc = send_topic_batch_locked(p, topic, topic_len, &sc);
+        if (rc == UC_OK)
+            rc = send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
+                             timeout_ms, sc.caller_sub, &sc.took_loop_wake);
+    }
+    return unlock_sender(p, &sc, rc);
 }
 
 int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len)
 {
-    int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
-    if (rc != UC_OK)
-        return rc;
     /* Another sender holds the socket, perhaps blocked at the high-water
      * mark for as long as it takes: that is "not now" too. */
-    if (pthread_mutex_trylock(&p->mu) != 0)
-        return UC_ERR_AGAIN;
-    /* It never waits, so it never needs to consume a loop's wake-up. */
-    int unused = 0;
-    rc = send_locked(p, topic, topic_len, payload, payload_len, NULL, 0, 0, NULL, &unused);
-    int e = errno;
-    pthread_mutex_unlock(&p->mu);
-    errno = e;
-    return rc;
+    int rc = uc_pub_send_ex(p, topic, topic_len, payload, payload_len, NULL, 0, 0, UC_SEND_TRY);
+    return rc == UC_ERR_BUSY ? UC_ERR_AGAIN : rc;
+}
+
+int uc_pub_flush(uc_pub *p, int timeout_ms, int flags)
+{
+    if (!p)
+        return UC_ERR_ARG;
+    send_ctx sc = {.timeout_ms = timeout_ms,
+                   .caller_sub = flags & UC_SEND_TRY ? NULL : uc_sub_current()};
+    int rc = lock_sender(p, flags);
+    if (rc != UC_OK)
+        return rc;
+    if (p->coalesce && p->co.pending && (rc = send_refused(p)) == UC_OK)
+        rc = flush_locked(p, &sc);
+    return unlock_sender(p, &sc, rc);
+}
+
+size_t uc_pub_pending(uc_pub *p)
+{
+    /* Without the mutex: a sender may hold it for as long as the mark does. */
+    if (!p || !p->coalesce)
+        return 0;
+    return atomic_load_explicit(&p->co.messages, memory_order_relaxed);
 }
 
 int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
@@ -390,15 +674,22 @@ void uc_pub_close(uc_pub *p)
     if (!p)
         return;
     uc_pub_shutdown(p);
+    coalesce_close(p);   /* the flusher first: it sleeps on the mutex */
     /* Wait for a sender in progress (the blocked one was just woken). */
     pthread_mutex_lock(&p->mu);
     int linger_ms = atomic_load_explicit(&p->linger_ms, memory_order_relaxed);
+    if (p->coalesce)
+        flush_at_close(p, linger_ms);
     uc_bus_sock_closing(p->bus, &p->bs, &(const char *){p->last_endpoint}, 1, linger_ms);
     uc_sock_set_int(p->sock, ZMQ_LINGER, linger_ms);
     zmq_close(p->sock);
     p->sock = NULL;
     pthread_mutex_unlock(&p->mu);
     close(p->efd);
+    if (p->coalesce) {
+        uc_coal_free(&p->co);
+        pthread_cond_destroy(&p->cv);
+    }
     pthread_mutex_destroy(&p->mu);
     uc_bus *bus = p->bus;
     free(p);

@@ -124,9 +124,11 @@ inproc=$(existing tests/test_bus.py tests/test_threads.py tests/test_reentrancy.
          tests/test_decoder.py tests/test_readiness.py tests/test_endpoints.py \
          tests/test_thread_names.py tests/test_compression.py tests/test_coalesce_rx.py)
 exiting=$(existing tests/test_shutdown.py tests/test_exit.py tests/test_fork.py \
-         tests/test_socket_limit.py tests/test_logging.py tests/test_oob.py)
+         tests/test_socket_limit.py tests/test_logging.py tests/test_oob.py \
+         tests/test_coalesce_tx.py)
 TSAN_FILES=$(existing tests/test_bus.py tests/test_threads.py \
-             tests/test_publisher_threads.py tests/test_publisher_interrupt.py)
+             tests/test_publisher_threads.py tests/test_publisher_interrupt.py \
+             tests/test_coalesce_tx.py)
 if [ "$sanitizer" != thread ]; then
     asan 1 $inproc
     asan "${UPCALL_DETECT_LEAKS:-0}" $exiting

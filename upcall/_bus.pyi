@@ -119,6 +119,14 @@ class Publisher:
     def _try_send(self, topic: bytes | str, payload: bytes | bytearray | memoryview) -> bool:
         """For send_async: send if that can be done without waiting at all."""
     def send_packed(self, topic: Topic, payload: Any, *, timeout: float | None = None) -> None: ...
+    def send_many(self, topic: Topic, objs: Iterable[Any], *,
+                  timeout: float | None = None) -> None:
+        """Send the objects as coalesced messages (docs/wire.md, ext 127), in order."""
+    def flush(self, *, timeout: float | None = None) -> None:
+        """coalesce=True: send every pending batch now."""
+    @property
+    def pending(self) -> int:
+        """Messages waiting in coalesced batches now."""
     def wait_subscriptions(self, n: int = 1, *, timeout: float | None = None) -> int:
         """kind="pub": wait until the peers hold at least n subscriptions; return how many."""
     def close(self) -> None: ...
@@ -134,6 +142,10 @@ class Sent:
     def wait(self, timeout: float | None = None) -> bool: ...
 
 DEFAULT_OOB_THRESHOLD: int
+# Bus.publisher(coalesce=True) defaults (PERF.md, "Coalescing").
+DEFAULT_MAX_DELAY: float
+DEFAULT_MAX_BATCH: int
+DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
 COMPRESSION: tuple[str, ...]
 
@@ -210,6 +222,10 @@ class Bus:
         socket_options: Mapping[str, int] | None = None,
         oob_threshold: int | None = ...,
         compression: Literal["lz4"] | None = None,
+        coalesce: bool = False,
+        max_delay: float | None = ...,
+        max_batch: int = ...,
+        max_bytes: int = ...,
     ) -> Publisher: ...
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...

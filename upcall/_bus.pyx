@@ -25,9 +25,9 @@ from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset, strncpy
+from libc.string cimport memmove, memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
@@ -36,7 +36,7 @@ from upcall.includes.bus cimport *
 from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
-from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free
+from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free, mp_write_raw
 from upcall._codec cimport Encoder, Decoder
 from upcall._arguments cimport c_string, int_arg, timeout_ms as _timeout_ms
 from upcall.handler cimport Handler
@@ -704,7 +704,9 @@ A zmq context and every subscription and publisher opened on it.
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
                   default=None, encoder=None, socket_options=None,
-                  oob_threshold=DEFAULT_OOB_THRESHOLD, compression=None):
+                  oob_threshold=DEFAULT_OOB_THRESHOLD, compression=None, coalesce=False,
+                  max_delay=DEFAULT_MAX_DELAY, max_batch=DEFAULT_MAX_BATCH,
+                  max_bytes=DEFAULT_MAX_BYTES):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
@@ -730,6 +732,24 @@ A zmq context and every subscription and publisher opened on it.
         the values sent raw).
         ValueError when this upcall was built without liblz4
         (``upcall.COMPRESSION`` is then empty).
+
+        ``coalesce=True``: :meth:`Publisher.send` appends each message to a
+        pending batch of its topic, and a batch travels as one zmq message
+        (docs/wire.md, ext 127; an upcall subscriber splits it, other
+        readers see one msgpack ext value).  A batch is sent once it holds
+        ``max_batch`` messages, when the next message would take it over
+        ``max_bytes`` payload bytes (a larger message goes alone), by
+        :meth:`Publisher.flush` and at close, and ``max_delay`` seconds
+        after its first message (by a thread of the C core, with no further
+        call and without the GIL; None: no time limit).  Order is kept per
+        topic (a message sent uncoalesced, with out-of-band buffers or by
+        ``send_packed``, goes after its topic's pending batch); at most 64
+        topics have a batch pending at once, a new one past that sends the
+        oldest batch first.  A PUB socket at its high-water mark drops whole
+        batches; PUSH waits as a send does.  Payloads must be msgpack to be
+        coalesced: the built-in encoder's, or an ``encoder=`` that writes
+        msgpack (e.g. msgspec's).  ``max_batch`` and ``max_bytes``
+        also size :meth:`Publisher.send_many`'s batches without coalescing.
         """
         cdef uc_pub_opts o
         cdef int err = 0
@@ -760,6 +780,15 @@ A zmq context and every subscription and publisher opened on it.
         pub._encode = encoder
         pub._oob_threshold = _oob_threshold_arg(oob_threshold)
         pub._compress = _compression_arg(compression)
+        if not isinstance(coalesce, bool):
+            raise TypeError(f"coalesce must be True or False, not {type(coalesce).__name__}")
+        o.coalesce = 1 if coalesce else 0
+        o.max_delay_us = _max_delay_us(max_delay)
+        o.max_batch = int_arg(max_batch, "max_batch", 1, 2147483647)
+        o.max_bytes = int_arg(max_bytes, "max_bytes", 64, 0xffffffff)
+        o.max_topics = _MAX_TOPICS
+        pub._coalesce = UC_SEND_COALESCE if coalesce else 0
+        pub._max_batch, pub._max_bytes = o.max_batch, o.max_bytes
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
         try:

@@ -1,5 +1,22 @@
 # Publisher: a PUB or PUSH socket sending [topic, msgpack payload].
 
+# Coalescing defaults (Bus.publisher(coalesce=True)); why these: PERF.md,
+# "Coalescing".
+DEFAULT_MAX_DELAY = 0.001
+DEFAULT_MAX_BATCH = 256
+DEFAULT_MAX_BYTES = 64 * 1024
+
+
+cdef int64_t _max_delay_us(object value) except? -2:
+    """publisher(max_delay=...): seconds (0 .. 3600) as microseconds; None: -1."""
+    if value is None:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"max_delay must be a number of seconds or None, not {type(value).__name__}")
+    if not (0 <= value <= 3600):
+        raise ValueError(f"max_delay must be between 0 and 3600 seconds (or None), not {value!r}")
+    return <int64_t>round(value * 1e6)
+
 
 cdef class _TopicView:
     """A topic argument as bytes: bytes-like objects as they are, str as UTF-8."""
@@ -20,25 +37,58 @@ cdef class _TopicView:
             PyBuffer_Release(&self.view)
 
 
+cdef inline object _topic_of(object topic, const char **buf, size_t *size):
+    """A topic argument's bytes in *buf, *size: a bytes object as it is (the
+    common case: no view object made per send), anything else through a
+    _TopicView, returned so that the caller keeps it alive."""
+    if type(topic) is bytes:
+        buf[0] = PyBytes_AS_STRING(topic)
+        size[0] = <size_t>PyBytes_GET_SIZE(topic)
+        return None
+    cdef _TopicView t = _TopicView(topic)
+    buf[0] = <const char *>t.view.buf
+    size[0] = <size_t>t.view.len
+    return t
+
+
 cdef struct _send_args:
     uc_pub *c
-    const Py_buffer *t
+    const char *topic
+    size_t topic_len
     const char *data
     size_t size
     const uc_oob_frame *frames
     size_t n_frames
+    int flags
 
 
 cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     cdef _send_args *a = <_send_args *>arg
     cdef int rc
     with nogil:
-        rc = uc_pub_send_frames(a.c, a.t.buf, <size_t>a.t.len, a.data, a.size,
-                                a.frames, a.n_frames, slice_ms)
+        rc = uc_pub_send_ex(a.c, a.topic, a.topic_len, a.data, a.size,
+                            a.frames, a.n_frames, slice_ms, a.flags)
     if rc == UC_ERR_AGAIN:
         return 0
     _check_rc(rc, "send")
     return 1
+
+
+cdef int _flush_step(object owner, int slice_ms, void *arg) except -1:
+    cdef uc_pub *c = <uc_pub *>arg
+    cdef int rc
+    with nogil:
+        rc = uc_pub_flush(c, slice_ms, 0)
+    if rc == UC_ERR_AGAIN:
+        return 0
+    _check_rc(rc, "flush")
+    return 1
+
+
+# The most topics a coalescing publisher keeps a batch open for at once
+# (one more sends the oldest batch first).
+cdef enum:
+    _MAX_TOPICS = 64
 
 
 cdef struct _subs_wait_args:
@@ -74,7 +124,8 @@ cdef object _encoded(object encode, object obj):
 cdef class Publisher:
     """A PUB or PUSH socket.  Made by :meth:`Bus.publisher`.
 
-    ``send`` and ``send_packed`` are safe to call from several threads.
+    ``send``, ``send_many``, ``send_packed`` and ``flush`` are safe to call
+    from several threads.
     """
     cdef uc_pub *_c
     cdef Bus _bus
@@ -89,6 +140,9 @@ cdef class Publisher:
     cdef long _pid
     cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
     cdef bint _compress      # publisher(compression="lz4")
+    cdef int _coalesce       # UC_SEND_COALESCE for publisher(coalesce=True), else 0
+    cdef size_t _max_batch   # publisher(max_batch=..., max_bytes=...): also send_many's
+    cdef size_t _max_bytes
     cdef object __weakref__  # the bus keeps a weak reference
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
@@ -107,9 +161,13 @@ cdef class Publisher:
             self.close()
 
     def __dealloc__(self):
+        cdef uc_pub *c = self._c
         # In a forked child the socket is the parent's: left alone.
-        if self._c != NULL and self._fork_generation == _fork_generation:
-            uc_pub_close(self._c)
+        if c != NULL and self._fork_generation == _fork_generation:
+            # Without the GIL: closing a coalescing publisher sends its
+            # pending batches, which may wait (up to linger) for a peer.
+            with nogil:
+                uc_pub_close(c)
         self._c = NULL
         mp_writer_free(&self._w)
 
@@ -146,15 +204,26 @@ cdef class Publisher:
         ``wait()`` for it); ``copy=True`` copies them instead, and they are
         free when send returns.  Returns a :class:`Sent` when the message
         holds such buffers, else None (as before: nothing to wait for).
+
+        On a publisher made with ``coalesce=True`` the message joins its
+        topic's pending batch (see :meth:`Bus.publisher`); the send waits
+        (per ``timeout``) only when a batch in its way cannot go.  A message
+        with out-of-band buffers goes alone, after its topic's batch.
         """
-        cdef int ms = _timeout_ms(timeout, "timeout")
-        cdef _TopicView t = _TopicView(topic)
-        cdef mp_writer own
+        cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
+        cdef const char *tb
+        cdef size_t tn
+        keep = _topic_of(topic, &tb, &tn)
         self._check_open()
         if uc_relq_ready(_relq):
             _drain_releases()
+        return self._send_obj(tb, tn, obj, ms, copy)
+
+    cdef object _send_obj(self, const char *tb, size_t tn, object obj, int ms, bint copy):
+        """send() after its checks: encode obj, send or coalesce it."""
+        cdef mp_writer own
         if self._encode is not None:
-            self._send_payload(t, _encoded(self._encode, obj), ms)
+            self._send_payload(tb, tn, _encoded(self._encode, obj), ms, self._coalesce)
             return None
         if not self._writer_busy:
             # The shared buffer is claimed before packing: packing may run
@@ -166,9 +235,9 @@ cdef class Publisher:
                 self._w.len = 0
                 oob = self._encoder.pack_oob(obj, &self._w, self._oob_threshold)
                 if oob is None:
-                    self._send_raw(t, self._w.data, self._w.len, ms, NULL, 0)
+                    self._send_raw(tb, tn, self._w.data, self._w.len, ms, NULL, 0, self._coalesce)
                     return None
-                return self._send_oob(t, self._w.data, self._w.len, <list>oob, ms, copy)
+                return self._send_oob(tb, tn, self._w.data, self._w.len, <list>oob, ms, copy)
             finally:
                 self._writer_busy = False
         # Another send holds the shared buffer (packing, or sending without
@@ -177,19 +246,21 @@ cdef class Publisher:
         try:
             oob = self._encoder.pack_oob(obj, &own, self._oob_threshold)
             if oob is None:
-                self._send_raw(t, own.data, own.len, ms, NULL, 0)
+                self._send_raw(tb, tn, own.data, own.len, ms, NULL, 0, self._coalesce)
                 return None
-            return self._send_oob(t, own.data, own.len, <list>oob, ms, copy)
+            return self._send_oob(tb, tn, own.data, own.len, <list>oob, ms, copy)
         finally:
             mp_writer_free(&own)
 
-    cdef object _send_oob(self, _TopicView t, const char *data, size_t size, list oob, int ms,
-                          bint copy):
+    cdef object _send_oob(self, const char *tb, size_t tn, const char *data, size_t size,
+                          list oob, int ms, bint copy):
         """Send the payload and the out-of-band values in oob (OobBuffer):
         over their own memory (a release through _relq marks the Sent done
         once libzmq is done with every frame), or copied (copy=True), or
         compressed into buffers of libzmq's own (compression="lz4": the
-        frames that pay, whose buffers are then free at once)."""
+        frames that pay, whose buffers are then free at once).  Never
+        coalesced: on a coalescing publisher the topic's open batch goes
+        first (the C core sends it), then this message alone."""
         cdef uc_oob_frame frames[14]
         cdef size_t i, n = len(oob), n_raw = n
         cdef Sent sent = Sent.__new__(Sent)
@@ -216,7 +287,7 @@ cdef class Publisher:
         else:
             sent._done = True          # nothing of the sender's is held
         try:
-            self._send_raw(t, data, size, ms, frames, n)
+            self._send_raw(tb, tn, data, size, ms, frames, n, 0)
         finally:
             # Whatever happened: the frames libzmq took hold their own
             # references; the buffers are released once they are all back.
@@ -288,43 +359,177 @@ cdef class Publisher:
 
     def send_packed(self, topic, payload, *, timeout=None):
         """Send ``[topic, payload]`` where payload is already-encoded bytes
-        (``timeout`` as for :meth:`send`)."""
-        cdef int ms = _timeout_ms(timeout, "timeout")
-        cdef _TopicView t = _TopicView(topic)
+        (``timeout`` as for :meth:`send`).  Never coalesced: on a coalescing
+        publisher the topic's pending messages go first, then this one, as
+        given."""
+        cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
+        cdef const char *tb
+        cdef size_t tn
+        keep = _topic_of(topic, &tb, &tn)
         self._check_open()
-        self._send_payload(t, payload, ms)
+        self._send_payload(tb, tn, payload, ms, 0)
 
-    cdef int _send_payload(self, _TopicView t, object payload, int ms) except -1:
+    def send_many(self, topic, objs, *, timeout=None):
+        """Send every object of the iterable ``objs`` under ``topic``, coalesced:
+        as few zmq messages as ``max_batch`` and ``max_bytes`` allow
+        (docs/wire.md, ext 127), in order; returns once all are handed to
+        libzmq.
+
+        On a coalescing publisher they join the topic's pending batch, then
+        everything pending is flushed.  On any other publisher the batches
+        are built here, after the topic's earlier messages, and sent at once:
+        the same messages on the wire, values packed inline.  (On a
+        coalescing publisher a message with values of ``oob_threshold``
+        bytes or more goes alone, as with send, its values copied.)
+        ``timeout`` as for :meth:`send`, per zmq
+        message; an error leaves the objects before the failing batch sent
+        and the rest not (on a coalescing publisher, pending).
+        """
+        cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
+        cdef const char *tb
+        cdef size_t tn
+        keep = _topic_of(topic, &tb, &tn)
+        self._check_open()
+        if self._coalesce:
+            for obj in objs:
+                self._send_obj(tb, tn, obj, ms, True)   # no Sent to give back: copy
+            self.flush(timeout=timeout)
+            return None
+        self._send_built(tb, tn, objs, ms)
+        return None
+
+    cdef int _send_built(self, const char *tb, size_t tn, object objs, int ms) except -1:
+        """send_many without coalescing: batches built in a writer of its own."""
+        cdef mp_writer w
+        cdef size_t mark, count = 0
+        mp_writer_init(&w)
+        try:
+            if mp_write_raw(&w, b"\xc9\0\0\0\0\x7f\x01", 7) != 0:
+                raise MemoryError()
+            for obj in objs:
+                mark = w.len
+                if self._encode is not None:
+                    payload = _encoded(self._encode, obj)
+                    self._append_payload(&w, payload)
+                else:
+                    self._encoder.pack_oob(obj, &w, PY_SSIZE_T_MAX)
+                if count and (count == self._max_batch or w.len > self._max_bytes):
+                    # The new message opens the next batch: send the rest.
+                    self._send_batch(tb, tn, &w, mark, count, ms)
+                    memmove(w.data + 7, w.data + mark, w.len - mark)
+                    w.len = 7 + w.len - mark
+                    count = 0
+                count += 1
+            if count:
+                self._send_batch(tb, tn, &w, w.len, count, ms)
+        finally:
+            mp_writer_free(&w)
+        return 0
+
+    cdef int _append_payload(self, mp_writer *w, object payload) except -1:
+        cdef Py_buffer view
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            if mp_write_raw(w, view.buf, <size_t>view.len) != 0:
+                raise MemoryError()
+        finally:
+            PyBuffer_Release(&view)
+        return 0
+
+    cdef int _send_batch(self, const char *tb, size_t tn, mp_writer *w, size_t end,
+                         size_t count, int ms) except -1:
+        """Send w.data[0:end] (a header and count messages) as one message;
+        a batch of one as that message alone, as the C core does."""
+        cdef unsigned char *h = <unsigned char *>w.data
+        cdef size_t n = end - 6
+        if count == 1:
+            return self._send_raw(tb, tn, w.data + 7, end - 7, ms, NULL, 0, 0)
+        if n > 0xffffffff:
+            raise ValueError("send_many: a batch over 4 GiB (lower max_bytes)")
+        h[1], h[2], h[3], h[4] = (n >> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff
+        return self._send_raw(tb, tn, w.data, end, ms, NULL, 0, 0)
+
+    def flush(self, *, timeout=None):
+        """Send every pending coalesced batch now, oldest first (nothing to do
+        on a publisher that does not coalesce).  ``timeout`` as for
+        :meth:`send`, per batch; on BlockingIOError / TimeoutError the
+        batches not sent stay pending."""
+        cdef int ms = -1 if timeout is None else _timeout_ms(timeout, "timeout")
+        cdef uc_pub *c
+        cdef int rc
+        self._check_open()
+        c = self._c
+        if not self._coalesce:
+            return None
+        self._in_flight += 1
+        try:
+            with nogil:
+                rc = uc_pub_flush(c, 0, 0)
+            if rc == UC_ERR_AGAIN and ms != 0:
+                if _in_signal_slices(self, _flush_step, <void *>c, ms):
+                    rc = UC_OK
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._closing != NULL:
+                c = self._closing
+                self._closing = NULL
+                with nogil:
+                    uc_pub_close(c)
+        _check_rc(rc, "flush", ms)
+        return None
+
+    @property
+    def pending(self):
+        """Messages waiting in coalesced batches now (0 without coalescing)."""
+        if self._c == NULL or self._fork_generation != _fork_generation:
+            return 0
+        return uc_pub_pending(self._c)
+
+    cdef int _send_payload(self, const char *tb, size_t tn, object payload, int ms,
+                           int flags) except -1:
         cdef Py_buffer view
         try:
             PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
         except TypeError:
             raise TypeError(f"payload must be bytes-like, not {type(payload).__name__}") from None
         try:
-            return self._send_raw(t, <const char *>view.buf, <size_t>view.len, ms, NULL, 0)
+            return self._send_raw(tb, tn, <const char *>view.buf, <size_t>view.len, ms,
+                                  NULL, 0, flags)
         finally:
             PyBuffer_Release(&view)
 
-    cdef int _send_raw(self, _TopicView t, const char *data, size_t size, int ms,
-                       const uc_oob_frame *frames, size_t n_frames) except -1:
-        """Send one message; at the high-water mark wait in signal slices."""
+    cdef int _send_raw(self, const char *tb, size_t tn, const char *data, size_t size, int ms,
+                       const uc_oob_frame *frames, size_t n_frames, int flags) except -1:
+        """Send (or, flags UC_SEND_COALESCE, coalesce) one message; at the
+        high-water mark wait in signal slices."""
         cdef int rc
         cdef uc_pub *c = self._c
         cdef _send_args a
         if c == NULL:
             # Closed while the message was being packed (by Python code it ran).
             self._check_open()
+        # First with the GIL held: a send that does not wait (zmq_send with
+        # ZMQ_DONTWAIT never blocks, the senders' mutex is only tried) costs
+        # less than letting the GIL go and taking it back.  Nothing can close
+        # the publisher meanwhile: that needs the GIL too.
+        rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags | UC_SEND_TRY)
+        if rc == UC_OK:
+            return 0
+        if rc != UC_ERR_BUSY and (rc != UC_ERR_AGAIN or ms == 0):
+            return _check_rc(rc, "send", ms)
         self._in_flight += 1
         try:
-            with nogil:
-                rc = uc_pub_send_frames(c, t.view.buf, <size_t>t.view.len, data, size,
-                                        frames, n_frames, 0)
+            if rc == UC_ERR_BUSY:
+                # Another sender's turn (maybe blocked at the mark): wait
+                # for it without the GIL.
+                with nogil:
+                    rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags)
             if rc == UC_ERR_AGAIN and ms != 0:
                 # Each slice sends the whole message or nothing (the mark is
                 # checked on the first frame only, and a message's frames go
                 # out under one lock), so an interrupted send sent nothing.
-                a.c, a.t, a.data, a.size = c, &t.view, data, size
-                a.frames, a.n_frames = frames, n_frames
+                a.c, a.topic, a.topic_len, a.data, a.size = c, tb, tn, data, size
+                a.frames, a.n_frames, a.flags = frames, n_frames, flags
                 if _in_signal_slices(self, _send_step, &a, ms):
                     rc = UC_OK
         finally:

@@ -139,6 +139,13 @@ cdef extern from "bus.h" nogil:
         uc_curve curve
         const uc_sockopt *sockopts
         size_t n_sockopts
+        int coalesce
+        int64_t max_delay_us
+        size_t max_batch, max_bytes, max_topics
+
+    enum:
+        UC_SEND_TRY
+        UC_SEND_COALESCE
 
     ctypedef struct uc_pub:
         pass
@@ -148,6 +155,8 @@ cdef extern from "bus.h" nogil:
     int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                         const void *payload, size_t payload_len)
     int uc_pub_wait_subscriptions(uc_pub *pub, int n, int timeout_ms, int *count) nogil
+    int uc_pub_flush(uc_pub *pub, int timeout_ms, int flags)
+    size_t uc_pub_pending(uc_pub *pub)
     void uc_pub_shutdown(uc_pub *pub)
     void uc_pub_cap_linger(uc_pub *pub, int max_ms)
     void uc_pub_close(uc_pub *pub)

@@ -30,6 +30,9 @@ cdef extern from "oob.h" nogil:
     int uc_pub_send_frames(uc_pub *pub, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
                            const uc_oob_frame *frames, size_t n, int timeout_ms)
+    int uc_pub_send_ex(uc_pub *pub, const void *topic, size_t topic_len,
+                       const void *payload, size_t payload_len,
+                       const uc_oob_frame *frames, size_t n, int timeout_ms, int flags)
 
     int uc_sub_hold(uc_sub *sub, const uc_frame *f, uc_held **out)
     const void *uc_held_data(const uc_held *h)
