@@ -212,6 +212,10 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-pin-latency", type=int, default=None, metavar="CPU",
                    help="run the round trips with both processes pinned to this CPU "
                         "(removes the cost of waking an idle vCPU; see PERF.md)")
+    g.add_argument("--bus-pinger", choices=("peer", "c"), default="peer",
+                   help="who sends the pings of the round trips over ipc and tcp: the peer "
+                        "process (default, the pyzmq or upcall loop) or bench/floor_pingpong.c, "
+                        "so that a row differs from c-pingpong only in its responder")
 
 
 # ---- what is available ----------------------------------------------------------
@@ -758,6 +762,8 @@ class PingRun:
         try:
             if self.transport == "inproc":
                 res = self._ping_in_process(ctx, ping_ep, pong_ep, poll)
+            elif b.c_pinger:
+                res = self._ping_c(ping_ep, pong_ep, poll)
             else:
                 b.peer.send(cmd="ping", ping=ping_ep, pong=pong_ep, count=b.rtt,
                             warmup=b.warmup)
@@ -801,6 +807,33 @@ class PingRun:
             raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
         return latency_summary(json.loads(r.stdout)["samples_ns"])
 
+    def _ping_c(self, ping_ep, pong_ep, poll) -> dict:
+        """--bus-pinger c: bench/floor_pingpong.c pings this row's responder
+        (the same pinger as c-pingpong's, so only the responder differs)."""
+        b = self.b
+        prog = c_program("floor_pingpong")[0]
+        # Its output goes to files, not pipes: in caller mode this thread
+        # polls the responder instead of reading, and the samples (~200 KB)
+        # would fill a pipe and stop the pinger mid-write.
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
+                                     b.payload.hex()], stdout=out, stderr=err)
+            try:
+                if poll is not None:   # caller mode: this thread is the responder's loop
+                    deadline = time.monotonic() + 600
+                    while proc.poll() is None and time.monotonic() < deadline:
+                        poll(0.1)
+                proc.wait(timeout=STALL_SECONDS + 600)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            out.seek(0)
+            err.seek(0)
+            if proc.returncode != 0:
+                return {"error": f"floor_pingpong ping failed: {err.read().strip()}"}
+            return latency_summary(json.loads(out.read())["samples_ns"])
+
     def _ping_in_process(self, ctx, ping_ep, pong_ep, poll) -> dict:
         b = self.b
         fn = ping_upcall if self.mode in UPCALL_MODES else ping_zmq
@@ -837,6 +870,7 @@ class BusBench:
         self.batch = opt("bus_batch")
         self.latency = not opt("bus_no_latency", False)
         self.pin = getattr(opts, "bus_pin_latency", None)
+        self.c_pinger = getattr(opts, "bus_pinger", "peer") == "c"
         self.transports = [t for t in opt("bus_transports", ",".join(TRANSPORTS)).split(",") if t]
         for t in self.transports:
             if t not in TRANSPORTS:
@@ -981,6 +1015,8 @@ class BusBench:
         title = (f"bus over {transport}: {self.n:,} msgs x {self.repeats}"
                  + (f", {self.rtt:,} round trips" if self.latency else "")
                  + (f" pinned to CPU {self.pin}" if self.latency and self.pin is not None else "")
+                 + (", pinged by bench/floor_pingpong.c"
+                    if self.latency and self.c_pinger and transport != "inproc" else "")
                  + f" (peer: {self._peer_label(transport)})")
         report.print_table(recs, cols, title=title, note=note)
         by_mode = {r["mode"]: r for r in recs}

@@ -106,6 +106,24 @@ def test_quick_run_produces_records(capsys):
     assert f"send / {publish.PUB_REFERENCE}: rate " in out
 
 
+def test_c_pinger_round_trips_every_responder_kind(capsys):
+    """--bus-pinger c: bench/floor_pingpong.c pings the row's responder.  In
+    caller mode this thread polls the responder while the pinger runs, so
+    the pinger's ~100 KB of samples must not go through a pipe nobody reads
+    (it did: the pinger blocked in write and the run hung)."""
+    modes = [m for m in ("caller", "native", bus.REFERENCE) if m in _modes()]
+    if "caller" not in modes:
+        pytest.skip("upcall._bus is not built")
+    records = bus.run(_opts(bus_transports="tcp", bus_modes=",".join(modes), bus_rtt=10000,
+                            bus_no_publish=True, bus_pinger="c"))
+    assert "pinged by bench/floor_pingpong.c" in capsys.readouterr().out
+    rows = {r["mode"]: r for r in records if r.get("part") != "publish"}
+    assert set(rows) == set(modes)
+    for r in rows.values():
+        assert r["lost"] == 0, r
+        assert r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"], r
+
+
 def test_coalesced_flood_payload_is_the_wire_format():
     """The hand-built coalesced payload reads back with the pyzmq + msgpack
     snippet of docs/wire.md, and bench/count_pull.c counts its messages."""
