@@ -68,6 +68,7 @@ struct uc_pub {
     pthread_cond_t cv;      /* wakes the flusher */
     int flusher_idle;       /* waiting with no batch open */
     int flusher_stop;
+    int64_t wake_early_ns;  /* the flusher's own timer lateness, averaged (flusher only) */
 };
 
 /* Sends between two readings of the subscription messages (see above): a
@@ -431,6 +432,16 @@ static int coalesce_locked(uc_pub *p, const void *topic, size_t topic_len,
     return UC_OK;
 }
 
+/* The flusher's timer lateness: a moving average (1/8 per wake), never
+ * more than half of max_delay, so that a stall (a descheduled VM) cannot
+ * make it send batches much earlier than asked. */
+static void note_lateness(uc_pub *p, int64_t late_ns)
+{
+    int64_t early = p->wake_early_ns + (late_ns - p->wake_early_ns) / 8;
+    int64_t cap = p->max_delay_ns / 2;
+    p->wake_early_ns = early < 0 ? 0 : early > cap ? cap : early;
+}
+
 /* The flusher: sends each batch max_delay after its first message. */
 static void *flusher_main(void *arg)
 {
@@ -451,7 +462,12 @@ static void *flusher_main(void *arg)
             p->flusher_idle = 0;
             continue;
         }
-        int64_t due = b->since_ns + p->max_delay_ns, now = uc_mono_ns();
+        /* max_delay bounds how long a message waits, and a timed sleep
+         * ends late by the time the kernel takes to wake this thread (tens
+         * of microseconds on a VM whose vCPU idles): the flusher aims that
+         * much early, by its own lateness measured on each timed wake.  So
+         * a batch leaves at max_delay, not max_delay plus the wake-up. */
+        int64_t due = b->since_ns + p->max_delay_ns - p->wake_early_ns, now = uc_mono_ns();
         if (now >= due) {
             /* Never waiting with the mutex held: a full pipe is retried a
              * little later, senders going on meanwhile.  Closing sends what
@@ -469,7 +485,8 @@ static void *flusher_main(void *arg)
         }
         struct timespec ts = {.tv_sec = (time_t)(due / 1000000000),
                               .tv_nsec = (long)(due % 1000000000)};
-        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &ts) == ETIMEDOUT)
+            note_lateness(p, uc_mono_ns() - due);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
