@@ -792,17 +792,34 @@ class PingRun:
             r = subprocess.run([prog, "inproc", str(b.rtt), str(b.warmup), hexed],
                                capture_output=True, text=True, timeout=limit)
         else:
-            ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
-            pong = subprocess.Popen([prog, "pong", ping_ep, pong_ep, str(b.rtt + b.warmup)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            try:
-                r = subprocess.run([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
-                                    hexed], capture_output=True, text=True, timeout=limit)
-                pong.wait(timeout=STALL_SECONDS + 5)
-            finally:
-                if pong.poll() is None:
-                    pong.kill()
-                    pong.wait()
+            res = self._pingpong_c(prog, hexed, limit, hold_us=0)
+            if COALESCED in b.modes:
+                # The floor of the coalesced row's held reply: the same C
+                # responder holding each answer COALESCE_DELAY.
+                held = self._pingpong_c(prog, hexed, limit,
+                                        hold_us=round(COALESCE_DELAY * 1e6))
+                res["held_p50_us"], res["held_p99_us"] = held["p50_us"], held["p99_us"]
+            return res
+        if r.returncode != 0:
+            raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
+        return latency_summary(json.loads(r.stdout)["samples_ns"])
+
+    def _pingpong_c(self, prog, hexed, limit, hold_us) -> dict:
+        """Two floor_pingpong processes; the responder holds each answer
+        hold_us (0: answers at once)."""
+        b = self.b
+        ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
+        pong = subprocess.Popen([prog, "pong", ping_ep, pong_ep, str(b.rtt + b.warmup),
+                                 str(hold_us)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            r = subprocess.run([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
+                                hexed], capture_output=True, text=True, timeout=limit)
+            pong.wait(timeout=STALL_SECONDS + 5)
+        finally:
+            if pong.poll() is None:
+                pong.kill()
+                pong.wait()
         if r.returncode != 0:
             raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
         return latency_summary(json.loads(r.stdout)["samples_ns"])
@@ -949,6 +966,7 @@ class BusBench:
             secs = measure.summarize(r["seconds"] for r in flood[mode])
             p50 = measure.summarize(r.get("p50_us") for r in ping[mode])
             p99 = measure.summarize(r.get("p99_us") for r in ping[mode])
+            held99 = measure.summarize(r.get("held_p99_us") for r in ping[mode])
             recs.append({
                 "transport": transport, "mode": mode,
                 "n": flood[mode][0].get("n", self.n) if flood[mode] else self.n,
@@ -959,6 +977,7 @@ class BusBench:
                 "na": "; ".join(na) or None,
                 "p50_us": p50.median, "p50_us_min": p50.min, "p50_us_max": p50.max,
                 "p99_us": p99.median, "p99_us_min": p99.min, "p99_us_max": p99.max,
+                "held_p99_us": held99.median,   # c-pingpong only: its responder holding replies
                 "round_trips": self.rtt if self.latency else 0,
                 "latency_pinned_cpu": self.pin,
                 "seconds": secs.median,
@@ -1047,6 +1066,11 @@ class BusBench:
             text = "-" if math.isnan(added) else f"{added:+.0f} us"
             print(f"   {COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
                   f"p99 {text} over native (<= {COALESCE_DELAY * 1e6 + 50:.0f} us)")
+            held = by_mode.get(PINGPONG, {}).get("held_p99_us", math.nan)
+            if not math.isnan(held):
+                floor_added = held - by_mode[PINGPONG]["p99_us"]
+                print(f"   the floor of a held reply: {PINGPONG} with its responder holding "
+                      f"each answer {COALESCE_DELAY * 1e6:.0f} us: p99 {floor_added:+.0f} us")
 
     def _peer_label(self, transport):
         if transport == "inproc":

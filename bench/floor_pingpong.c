@@ -1,12 +1,14 @@
 /* The round-trip floor of the --bus latency rows: two plain C libzmq peers.
  *
- *     floor_pingpong pong PING_EP PONG_EP TOTAL
+ *     floor_pingpong pong PING_EP PONG_EP TOTAL [HOLD_US]
  *     floor_pingpong ping PING_EP PONG_EP COUNT WARMUP PAYLOAD_HEX
  *     floor_pingpong inproc COUNT WARMUP PAYLOAD_HEX
  *
  * pong binds a PULL on PING_EP and a PUSH on PONG_EP and answers each of
  * TOTAL messages by sending its frames straight back (no decoding: the
- * cheapest answer there is).  ping connects to both and does WARMUP + COUNT
+ * cheapest answer there is).  With HOLD_US it holds each answer that long
+ * after the ping arrived (an absolute-deadline sleep without timer slack):
+ * the floor of a reply that waits, as a coalescing publisher's does.  ping connects to both and does WARMUP + COUNT
  * round trips of [topic, payload], one message in flight, timing each with
  * CLOCK_MONOTONIC; it prints {"samples_ns": [...]} for the last COUNT.  The
  * Python rows' pinger is the same shape (bench/peer.py ping_zmq), so the two
@@ -15,6 +17,9 @@
  * Gives up after 5 s without a reply (exit status 1).
  */
 #include <pthread.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +53,19 @@ static void *open_socket(void *ctx, int type, const char *ep, int bind)
     return s;
 }
 
-/* Answer total messages, each with its own frames.  0, or -1 on a stall. */
-static int pong(void *ctx, const char *ping_ep, const char *pong_ep, long total)
+/* Sleep until `since` + hold_us (CLOCK_MONOTONIC). */
+static void hold_from(uint64_t since, long hold_us)
+{
+    uint64_t due = since + (uint64_t)hold_us * 1000u;
+    struct timespec ts = {.tv_sec = (time_t)(due / 1000000000u),
+                          .tv_nsec = (long)(due % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
+/* Answer total messages, each with its own frames, each hold_us after it
+ * arrived (0: at once).  0, or -1 on a stall. */
+static int pong(void *ctx, const char *ping_ep, const char *pong_ep, long total, long hold_us)
 {
     void *in = open_socket(ctx, ZMQ_PULL, ping_ep, 1);
     void *out = open_socket(ctx, ZMQ_PUSH, pong_ep, 1);
@@ -62,6 +78,8 @@ static int pong(void *ctx, const char *ping_ep, const char *pong_ep, long total)
             break;
         }
         int more = zmq_msg_more(&msg);
+        if (hold_us > 0 && !more)
+            hold_from(now_ns(), hold_us);
         if (zmq_msg_send(&msg, out, more ? ZMQ_SNDMORE : 0) < 0)
             rc = -1;
         if (!more)
@@ -126,7 +144,7 @@ struct pong_args { void *ctx; long total; int rc; };
 static void *pong_thread(void *p)
 {
     struct pong_args *a = p;
-    a->rc = pong(a->ctx, "inproc://floor-ping", "inproc://floor-pong", a->total);
+    a->rc = pong(a->ctx, "inproc://floor-ping", "inproc://floor-pong", a->total, 0);
     return NULL;
 }
 
@@ -135,8 +153,13 @@ int main(int argc, char **argv)
     char payload[4096];
     void *ctx = zmq_ctx_new();
     int rc = 2;
-    if (argc == 5 && strcmp(argv[1], "pong") == 0) {
-        rc = pong(ctx, argv[2], argv[3], atol(argv[4])) ? 1 : 0;
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "pong") == 0) {
+        long hold_us = argc == 6 ? atol(argv[5]) : 0;
+#ifdef __linux__
+        if (hold_us > 0)    /* as the coalescing flusher asks: no timer slack */
+            prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+#endif
+        rc = pong(ctx, argv[2], argv[3], atol(argv[4]), hold_us) ? 1 : 0;
     } else if ((argc == 7 && strcmp(argv[1], "ping") == 0)
                || (argc == 5 && strcmp(argv[1], "inproc") == 0)) {
         int inproc = argc == 5;
@@ -158,7 +181,7 @@ int main(int argc, char **argv)
             print_samples(samples, count);
         free(samples);
     } else {
-        fprintf(stderr, "usage: floor_pingpong pong PING_EP PONG_EP TOTAL\n"
+        fprintf(stderr, "usage: floor_pingpong pong PING_EP PONG_EP TOTAL [HOLD_US]\n"
                         "       floor_pingpong ping PING_EP PONG_EP COUNT WARMUP PAYLOAD_HEX\n"
                         "       floor_pingpong inproc COUNT WARMUP PAYLOAD_HEX\n");
     }

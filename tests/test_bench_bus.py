@@ -61,6 +61,9 @@ def test_quick_run_produces_records(capsys):
             assert r["mode"] + ": " + r["na"].split(";")[0] in out
         if r["mode"] == bus.PINGPONG:         # round trips only
             assert math.isnan(r["rate"]) and r["lost"] is None
+            if r["transport"] != "inproc" and bus.COALESCED in modes:
+                # and the floor of a held reply: each answer held COALESCE_DELAY
+                assert r["held_p99_us"] >= bus.COALESCE_DELAY * 1e6, r
         elif r["na"] and "receive side" in r["na"]:
             assert math.isnan(r["rate"]) and r["lost"] is None
         else:
