@@ -222,7 +222,7 @@ def test_bus_close_sends_pending(receiver):
     assert [m for _, m in r.wait(10)] == list(range(10))
 
 
-def test_interpreter_exit_sends_pending(receiver):
+def test_interpreter_exit_sends_pending(receiver, tmp_path):
     # A program that never closes: the bus closed at exit sends the batches.
     r = receiver()
     script = textwrap.dedent(f"""
@@ -234,7 +234,9 @@ def test_interpreter_exit_sends_pending(receiver):
             pub.send(b"t", i)
         assert pub.pending == 10
     """)
-    proc = subprocess.run([sys.executable, "-c", script], env=script_env(),
+    # cwd: not the source tree, whose upcall/ (built for one CPython only)
+    # "-c" would import ahead of the one under test.
+    proc = subprocess.run([sys.executable, "-c", script], env=script_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=DEADLINE)
     assert proc.returncode == 0, proc.stderr
     assert [m for _, m in r.wait(10)] == list(range(10))
