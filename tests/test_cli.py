@@ -193,8 +193,18 @@ def test_listen_to_a_pyzmq_publisher(ctx, tmp_path):
     assert out.splitlines()[1].split('"payload": ')[1].startswith('[{"$bytes": "AP8="}, 1.0,')
 
 
-def test_listen_curve(ctx, tmp_path):
-    public, secret = zmq.curve_keypair()
+def dash_keypair():
+    """A CURVE key pair whose public key starts with '-' (Z85 allows it:
+    about one in 85 does)."""
+    while True:
+        public, secret = zmq.curve_keypair()
+        if public.startswith(b"-"):
+            return public, secret
+
+
+@pytest.mark.parametrize("keys", [zmq.curve_keypair, dash_keypair], ids=["any", "dash"])
+def test_listen_curve(ctx, tmp_path, keys):
+    public, secret = keys()
     xpub = peer(ctx, zmq.XPUB)
     xpub.curve_server = True
     xpub.curve_publickey, xpub.curve_secretkey = public, secret

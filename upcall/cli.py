@@ -309,10 +309,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose value is a Z85 key.
+_KEY_OPTIONS = ("--curve-serverkey",)
+
+
+def _join_key_values(argv: list[str]) -> list[str]:
+    """``--curve-serverkey KEY`` as ``--curve-serverkey=KEY``: `-` is in the
+    Z85 alphabet, so about one key in 85 starts with it, and argparse takes
+    a separate value that starts with `-` for an option ("expected one
+    argument")."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg in _KEY_OPTIONS:
+            value = next(it, None)
+            out.append(arg if value is None else f"{arg}={value}")
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _join_key_values(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         # Everything after "bench" is the benchmark's, options included
         # (argparse's REMAINDER would not take a leading "--quick").
