@@ -300,3 +300,26 @@ def make_msg(i):
     """A small message with a few types; distinct for every i."""
     return {"i": i, "s": "m%d" % i, "f": i / 4.0, "l": [i, -i, None, True],
             "b": bytes([i % 256]) * (i % 5)}
+
+
+def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
+    """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
+    subscription (ipc, bound here) in ``mode``; wait for the good message.
+    Returns (delivered, errors passed to on_error, the subscription's stats)."""
+    import upcall
+    import zmq
+    col = Collector()
+    errors = []
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoint, col, kind="pull", bind=True,
+                            on_error=lambda exc, raw: errors.append(exc),
+                            **subscribe_kw, **mode_kwargs(mode))
+        pump = make_pump(sub) if mode == "caller" else None
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(sub.last_endpoint)
+        push.send_multipart(bad_frames)
+        push.send_multipart(good_frames)
+        col.wait(1, pump=pump)
+        stats = sub.stats
+    return col.items, errors, stats

@@ -15,7 +15,8 @@ lz4_block = pytest.importorskip("lz4.block")
 
 import upcall
 from upcall import _bus
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
+from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
+                     wait_for)
 
 pytestmark = pytest.mark.skipif("lz4" not in upcall.COMPRESSION,
                                 reason="this upcall was built without liblz4")
@@ -331,26 +332,16 @@ MALFORMED = [
 @pytest.mark.parametrize("name,frames,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_malformed_compressed_references_are_decode_errors(zctx, endpoints, mode, copy, name,
                                                           frames, reason):
-    col = Collector()
-    errors = []
-    with upcall.Bus() as bus:
-        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
-                            on_error=lambda exc, raw: errors.append(exc), **mode_kwargs(mode))
-        pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
-        push.send_multipart(frames)
-        push.send_multipart([b"t", GOOD])
-        col.wait(1, pump=pump)
-        assert col.items == ["ok"]
-        assert len(errors) == 1
-        exc = errors[0]
-        assert isinstance(exc, upcall.DecodeError)
-        assert exc.reason == reason, exc
-        assert exc.topic == b"t"
-        assert exc.offset == 1            # the reference, inside the one-element array
-        assert sub.stats["decode_errors"] == 1
+    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, frames,
+                                                  [b"t", GOOD], copy=copy)
+    assert items == ["ok"]
+    assert len(errors) == 1
+    exc = errors[0]
+    assert isinstance(exc, upcall.DecodeError)
+    assert exc.reason == reason, exc
+    assert exc.topic == b"t"
+    assert exc.offset == 1            # the reference, inside the one-element array
+    assert stats["decode_errors"] == 1
     _wait_released()
 
 

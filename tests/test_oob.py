@@ -21,7 +21,8 @@ needs_numpy = pytest.mark.skipif(np is None, reason="numpy is not installed")
 
 import upcall
 from upcall import _bus
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
+from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
+                     wait_for)
 
 THRESHOLD = 4096
 SMALL, LARGE = 100, 200_000
@@ -391,27 +392,17 @@ MALFORMED = [
 @pytest.mark.parametrize("mode", ["native", "caller"])
 @pytest.mark.parametrize("name,frames,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_malformed_references_are_counted_decode_errors(zctx, endpoints, mode, name, frames, reason):
-    col = Collector()
-    errors = []
-    with upcall.Bus() as bus:
-        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True,
-                            on_error=lambda exc, raw: errors.append(exc), **mode_kwargs(mode))
-        pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
-        push.send_multipart(frames)
-        push.send_multipart([b"t", GOOD])
-        col.wait(1, pump=pump)
-        assert col.items == ["ok"]
-        assert len(errors) == 1
-        exc = errors[0]
-        assert isinstance(exc, upcall.DecodeError)
-        assert exc.reason == reason, exc
-        assert exc.topic == b"t"
-        assert sub.stats["decode_errors"] == 1
-        if reason == "oob_unused":
-            assert exc.offset == len(frames[1])
+    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, frames,
+                                                  [b"t", GOOD])
+    assert items == ["ok"]
+    assert len(errors) == 1
+    exc = errors[0]
+    assert isinstance(exc, upcall.DecodeError)
+    assert exc.reason == reason, exc
+    assert exc.topic == b"t"
+    assert stats["decode_errors"] == 1
+    if reason == "oob_unused":
+        assert exc.offset == len(frames[1])
     _wait_released()
 
 
