@@ -29,7 +29,7 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       with no zmq at all; the same figure in every transport's
                       table, measured again in each
 
-Coalescing (issue 13; a row this build cannot run prints
+Coalescing (a row this build cannot run prints
 "n/a: this build has no coalescing" and no figure):
 
 * ``coalesced``       upcall, native thread, on a flood of coalesced payloads
@@ -114,7 +114,7 @@ as median (min-max); before each timed run the machine must be idle
 pyzmq`` to the ``pyzmq+msgspec`` row (``pyzmq+msgspec send`` when
 publishing), ``x C`` to ``c-floor`` (rate and CPU per message; ``c-send``
 when publishing), ``x syn`` to ``synthetic`` (rate), ``x C pp`` to
-``c-pingpong`` (p50).  Under each table, the ratios issue 13 sets targets for.
+``c-pingpong`` (p50).  Under each table, the coalescing targets.
 """
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, latenc
 from bench.workload import NIL, TOPIC, small_payload
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
-#: Coalesced rows (issue 13): the flood's payloads are coalesced messages
+#: Coalesced rows: the flood's payloads are coalesced messages
 #: (docs/wire.md, ext 127) of the map / of nil, built here by hand, so that the
 #: receive figure does not depend on the publisher; native thread.
 COALESCED = "coalesced"
@@ -165,7 +165,7 @@ NO_FLOOD_MODES = {PINGPONG}
 #: Messages per coalesced zmq message in the coalesced floods.
 COALESCE_K = 64
 #: The coalesced row's round trips: its responder is a coalescing publisher
-#: that holds a message at most this long (issue 13: added p99 <= L + 50 us).
+#: that holds a message at most this long (target: added p99 <= L + 50 us).
 COALESCE_DELAY = 0.001
 #: (row, the row it is compared with): same decoder, same run.
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
@@ -991,7 +991,7 @@ class BusBench:
             r["rate_ratio"] = report.ratio(r["rate"], ref.get("rate"))
             r["cpu_ratio"] = report.ratio(r["cpu_us_per_msg"], ref.get("cpu_us_per_msg"))
             r["p50_ratio"] = report.ratio(r["p50_us"], ref.get("p50_us"))
-            # The physical floors of the same run (issue 13).
+            # The physical floors of the same run.
             r["rate_floor_ratio"] = report.ratio(r["rate"], floor.get("rate"))
             r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
             r["rate_synth_ratio"] = report.ratio(r["rate"], synth.get("rate"))
@@ -1048,7 +1048,7 @@ class BusBench:
         self.print_checks(by_mode)
 
     def print_checks(self, by_mode: dict) -> None:
-        """The ratios issue 13 sets targets for, where both rows are in the table."""
+        """The coalescing targets, where both rows are in the table."""
         fr = report.fmt_ratio
         coal, nil, native = by_mode.get(COALESCED), by_mode.get(COALESCED_NIL), by_mode.get("native")
         floor, synth, pp = (m in by_mode for m in (FLOOR, SYNTHETIC, PINGPONG))

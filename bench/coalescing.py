@@ -1,4 +1,4 @@
-"""Coalescing (issue 13) as the benchmark sees it: what this build has, and
+"""Coalescing as the benchmark sees it: what this build has, and
 the wire form of a coalesced payload, built by hand (docs/wire.md, ext 127).
 
 A row that needs what the build lacks prints :data:`NO_COALESCING` and no

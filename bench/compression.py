@@ -1,4 +1,4 @@
-"""Compression rows of the --large section (issue 12): where lz4 has something to win.
+"""Compression rows of the --large section: where lz4 has something to win.
 
 For each payload size, link and kind of data, in one interleaved run:
 

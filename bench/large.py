@@ -1,11 +1,11 @@
-"""Large payloads (issue 12): bandwidth and subscriber memory, one interleaved run.
+"""Large payloads: bandwidth and subscriber memory, one interleaved run.
 
 Rows, per transport and payload size, all in the same run:
 
 * ``upcall``: the default publisher, the payload out of band (ext 126):
   zero-copy send, delivered as a memoryview over the zmq frame;
 * ``upcall inline``: ``oob_threshold=None``, the payload copied into the
-  msgpack ``bin`` and decoded to ``bytes`` (what upcall did before issue 12);
+  msgpack ``bin`` and decoded to ``bytes`` (what upcall did before out-of-band frames);
 * ``pyzmq copy=False``: raw bytes, ``send_multipart(copy=False)`` /
   ``recv_multipart(copy=False)``: the libzmq ceiling;
 * ``pyzmq+msgpack``: ``msgpack.packb({"blob": payload})`` and ``unpackb``;

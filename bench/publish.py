@@ -1,4 +1,4 @@
-"""The publishing rows of the --bus section (issue 13): the sending side.
+"""The publishing rows of the --bus section: the sending side.
 
 A sender in the benchmark process (a plain C ``zmq_send`` loop in its own
 process for ``c-send``) connects a PUSH with SNDHWM 0 to a receiver that only

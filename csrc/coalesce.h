@@ -1,4 +1,4 @@
-/* Coalescing (issue 13, send side): the per-topic batches a coalescing
+/* Coalescing (send side): the per-topic batches a coalescing
  * publisher fills, each one the payload of one zmq message in the wire
  * format of docs/wire.md, "Coalesced messages (ext 127)":
  *

@@ -1,4 +1,4 @@
-"""Receiving coalesced messages (issue 13; docs/wire.md, "Coalesced messages").
+"""Receiving coalesced messages (docs/wire.md, "Coalesced messages").
 
 A coalesced payload (ext 127: ``c9 <u32 length> 7f 01 <msgpack>...``) is
 split by the C core while it drains the socket: every kind of target sees

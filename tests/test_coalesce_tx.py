@@ -1,4 +1,4 @@
-"""Coalescing publishers (issue 13, send side; docs/wire.md, ext 127).
+"""Coalescing publishers (send side; docs/wire.md, ext 127).
 
 The messages are read by a plain pyzmq + msgpack reader that splits ext 127
 payloads as docs/wire.md shows: the interop check, and a view of the zmq
@@ -125,7 +125,7 @@ class UpcallReceiver:
 
 
 def _upcall_splits():
-    """True once upcall subscriptions split coalesced messages (issue 13's
+    """True once upcall subscriptions split coalesced messages (the
     receive side): two messages sent as one arrive as two."""
     got = []
     with upcall.Bus() as b:

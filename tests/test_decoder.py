@@ -1,4 +1,4 @@
-"""subscribe(decoder=...) and raw=True (issue 11, item 3), over real sockets.
+"""subscribe(decoder=...) and raw=True, over real sockets.
 
 A decoder replaces the built-in msgpack decoder for every payload; its
 exceptions are decode errors (counted, an upcall.DecodeError naming the

@@ -1,4 +1,4 @@
-"""Faults in the subscription path (issue 15 items 1, 5, 6).
+"""Faults in the subscription path: failing thread factories, interrupted targets, interrupted on_error.
 
 * A thread factory that fails after arranging ``run()``, with ``run()``
   already running or coming later, or never: subscribe() raises the
@@ -228,7 +228,7 @@ def assert_counts_add_up(stats):
 @pytest.mark.parametrize("exc", INTERRUPTS)
 @pytest.mark.parametrize("kind", ["callable", "handler", "native"])
 def test_interrupted_target_keeps_the_rest_for_the_next_poll(kind, exc):
-    # Issue 15 item 5: 90 of 100 PULL messages were lost, dropped still 0,
+    # The bug this guards: 90 of 100 PULL messages were lost, dropped still 0,
     # and the next poll() silently returned 0.
     raised = []
 
@@ -292,7 +292,7 @@ def test_interrupted_batch_handler():
     ("handler", "decode"), ("batch-handler", "decode"),
 ])
 def test_interrupted_on_error_keeps_the_rest(kind, source):
-    # Issue 15 item 6: a KeyboardInterrupt raised in on_error was swallowed
+    # The bug this guards: a KeyboardInterrupt raised in on_error was swallowed
     # and poll() carried on.  The message whose report was interrupted is
     # counted (callback or decode error), the ones after it wait.
     reports = []

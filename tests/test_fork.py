@@ -1,4 +1,4 @@
-"""Fork (issue 9 item 3): what a child inherits is inert, exit does not wait
+"""Fork: what a child inherits is inert, exit does not wait
 for it, a new Bus in the child works, the parent goes on delivering.
 
 Each case runs a script in a fresh interpreter (the parent), which forks

@@ -119,7 +119,7 @@ def nobody_receives(bus, endpoints):
     return bus.publisher(endpoints("inproc"), kind="push", bind=True, sndhwm=1)
 
 
-# ---- a target blocked in send never keeps a close waiting (issue 9 item 1) ----------
+# ---- a target blocked in send never keeps a close waiting -----------------------
 
 @pytest.mark.parametrize("mode", MODES)
 def test_bus_close_wakes_a_send_blocked_in_a_target(endpoints, mode):
@@ -248,7 +248,7 @@ def test_exit_wakes_a_send_blocked_in_a_target(mode):
     assert proc.stderr == "", report
 
 
-# ---- a close with a timeout keeps it whatever the linger (issue 15 item 4) --------------
+# ---- a close with a timeout keeps it whatever the linger -----------------------------
 
 def unsent_message(bus, linger):
     """A PUSH connected to a tcp port nobody listens on, holding one message
@@ -321,7 +321,7 @@ def test_exit_never_waits_longer_than_exit_timeout_for_a_linger(linger):
     assert proc.stderr == "", report
 
 
-# ---- an interrupted close can be finished (issue 15 item 7) -----------------------------
+# ---- an interrupted close can be finished --------------------------------------------
 
 @contextlib.contextmanager
 def ctrl_c_once_blocked(blocked):
@@ -429,7 +429,7 @@ def test_exit_finishes_an_interrupted_close(mode):
     assert proc.stderr == "", report
 
 
-# ---- what nobody references is collected (issue 14 item 1) ------------------------------
+# ---- what nobody references is collected ---------------------------------------------
 
 def baseline():
     """Descriptors and threads with nothing of upcall's open (after a bus has

@@ -34,7 +34,7 @@ def test_count(mode):
     payload = upcall.packb({"px": 1.5})
     with upcall.Bus() as bus:
         sub = _run(bus, n, mode, count=100_000, payload=payload)
-        # Count examines every message and passes none on (issue 9 item 4:
+        # Count examines every message and passes none on:
         # delivered counts what reached a target, filtered what was passed over).
         assert (sub.stats["delivered"], sub.stats["filtered"]) == (0, 100_000)
     assert n.messages == 100_000

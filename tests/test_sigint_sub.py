@@ -1,4 +1,4 @@
-"""Ctrl-C in the subscription's blocking calls (issue 15 item 3, the
+"""Ctrl-C in the subscription's blocking calls (the
 subscription part): a real SIGINT, sent to the main thread by a timer thread
 with signal.pthread_kill, raises KeyboardInterrupt out of poll(), close() and
 wait() while they block, in every delivery mode where the call applies, and

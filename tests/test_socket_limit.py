@@ -1,4 +1,4 @@
-"""The socket limit (issue 9 item 2): opening sockets can never make the
+"""The socket limit: opening sockets can never make the
 process abort.
 
 libzmq aborts in zmq_ctx_term when it cannot make the socket it needs for

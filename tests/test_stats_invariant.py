@@ -1,4 +1,4 @@
-"""The counters add up (issue 9 item 4; docs/wire.md, "What is counted where").
+"""The counters add up (docs/wire.md, "What is counted where").
 
 Every message received ends in exactly one of delivered, filtered,
 decode_errors, callback_errors and dropped, for every kind of target: a

@@ -3,7 +3,7 @@
 ``upcall.Bus.close(object())`` must not read the C fields of an arbitrary
 object: Cython 3 compiles the ``def`` methods of a ``cdef class`` as
 cyfunctions (``binding=True``), and an unbound cyfunction call does not check
-``self``'s type (Cython issue #6127), so such a call read garbage, raised
+``self``'s type (a Cython bug, cython/cython#6127), so such a call read garbage, raised
 nonsense, or crashed the process.  The rule: nothing a user does aborts the
 process; misuse gets a clear TypeError.
 
