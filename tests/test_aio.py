@@ -478,6 +478,35 @@ def test_closing_after_the_loop_ended_discards_the_queue(endpoints, loop_kind):
     run(loop_kind, main())
 
 
+@pytest.mark.parametrize("cause", ["on_error-StopDelivery", "on_error-KeyboardInterrupt"])
+def test_an_end_hook_set_after_the_end_runs_at_once(endpoints, cause):
+    # subscribe_async sets its hook just after subscribe() returns: a loop
+    # that ended in between still ends the iteration, with its exception.
+    kwargs, expected = LOOP_ENDS[cause]
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe(ep, lambda msg: None, kind="pull", bind=True, **kwargs)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            pub.send_packed(b"t", b"\xc1")
+            assert sub.wait(DEADLINE)
+            ends = []
+            sub._set_end_hook(ends.append)
+            assert len(ends) == 1
+            if expected is None:
+                assert ends == [None]
+            else:
+                assert type(ends[0]) is expected
+            sub._set_end_hook(ends.append)       # the end was handed over once
+            assert ends[1:] == [None]
+    finally:
+        sys.unraisablehook = hook
+    # Without a hook when it ended, the interrupt was also reported as before.
+    assert len(unraisable) == (0 if expected is None else 1)
+
+
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_an_abandoned_iterator_closes_itself(endpoints, loop_kind):
     async def main():
