@@ -367,6 +367,146 @@ def test_bus_close_ends_the_iteration(endpoints, loop_kind):
     run(loop_kind, main())
 
 
+# Every way the delivery loop can end by itself, and how the iteration ends
+# then: StopAsyncIteration (None) or that exception, raised in the consumer.
+def _raise(exc_type):
+    def raiser(*args):
+        raise exc_type("from the test")
+    return raiser
+
+
+def _decoder_raising(exc_type):
+    decode = upcall.Decoder().decode
+
+    def decoder(payload):
+        if payload == b"\xc1":
+            raise exc_type("from the test")
+        return decode(payload)
+    return decoder
+
+
+LOOP_ENDS = {
+    "on_error-StopDelivery": (dict(on_error=_raise(upcall.StopDelivery)), None),
+    "on_error-KeyboardInterrupt": (dict(on_error=_raise(KeyboardInterrupt)), KeyboardInterrupt),
+    "on_error-SystemExit": (dict(on_error=_raise(SystemExit)), SystemExit),
+    "decoder-KeyboardInterrupt": (dict(decoder=_decoder_raising(KeyboardInterrupt)),
+                                  KeyboardInterrupt),
+    "decoder-SystemExit": (dict(decoder=_decoder_raising(SystemExit)), SystemExit),
+}
+
+
+async def consume_to_the_end(sub):
+    """Every message until the iteration ends, and the exception that ended
+    it (None: StopAsyncIteration).  Only the exceptions a loop end may carry
+    are caught: a cancellation (wait_for's timeout) stays one."""
+    got = []
+    try:
+        async for msg in sub:
+            got.append(msg)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return got, exc
+    return got, None
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("consumer", ["waiting", "after_the_end"])
+@pytest.mark.parametrize("cause", list(LOOP_ENDS))
+def test_the_delivery_loop_ending_by_itself_ends_the_iteration(
+        endpoints, loop_kind, factory, consumer, cause):
+    # The messages queued before the end come first, in order, once each;
+    # then the iteration ends, with the exception that ended delivery (once),
+    # whether the consumer was already waiting or comes after the end.
+    kwargs, expected = LOOP_ENDS[cause]
+    n = 50
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, thread_factory=factory,
+                                      **kwargs)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            if consumer == "waiting":
+                task = asyncio.ensure_future(consume_to_the_end(sub))
+                await asyncio.sleep(0.01)          # let it wait for a message
+            for i in range(n):
+                await pub.send_async(b"t", i)
+            pub.send_packed(b"t", b"\xc1")         # the message that ends delivery
+            for i in range(n, n + 5):
+                await pub.send_async(b"t", i)      # never delivered
+            if consumer == "after_the_end":
+                await until(lambda: sub.closed, "delivery to end")
+                task = asyncio.ensure_future(consume_to_the_end(sub))
+            # Before the end reached the iteration, this waited until the bus closed.
+            got, exc = await asyncio.wait_for(task, DEADLINE)
+            assert got == list(range(n))
+            if expected is None:
+                assert exc is None
+            else:
+                assert type(exc) is expected and exc.args == ("from the test",)
+            assert sub.closed
+            # Ended for good: the exception is raised once.
+            assert await consume_to_the_end(sub) == ([], None)
+            st = sub.stats
+            assert st["delivered"] == n and st["decode_errors"] == 1 and st["queued"] == 0
+    try:
+        run(loop_kind, main())
+    finally:
+        sys.unraisablehook = hook
+    # Raised in the consumer, so not also reported as unraisable.
+    assert unraisable == []
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_closing_after_the_loop_ended_discards_the_queue(endpoints, loop_kind):
+    # The loop's end keeps what is queued; a close after it still discards it.
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True,
+                                      on_error=_raise(upcall.StopDelivery))
+            pub = bus.publisher(ep, kind="push", bind=False)
+            for i in range(3):
+                await pub.send_async(b"t", i)
+            pub.send_packed(b"t", b"\xc1")
+            await until(lambda: sub.closed, "delivery to end")
+            assert await take(sub, 1) == [0]
+            await sub.aclose()
+            assert await asyncio.wait_for(consume_to_the_end(sub), DEADLINE) == ([], None)
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("cause", ["on_error-StopDelivery", "on_error-KeyboardInterrupt"])
+def test_an_end_hook_set_after_the_end_runs_at_once(endpoints, cause):
+    # subscribe_async sets its hook just after subscribe() returns: a loop
+    # that ended in between still ends the iteration, with its exception.
+    kwargs, expected = LOOP_ENDS[cause]
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe(ep, lambda msg: None, kind="pull", bind=True, **kwargs)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            pub.send_packed(b"t", b"\xc1")
+            assert sub.wait(DEADLINE)
+            ends = []
+            sub._set_end_hook(ends.append)
+            assert len(ends) == 1
+            if expected is None:
+                assert ends == [None]
+            else:
+                assert type(ends[0]) is expected
+            sub._set_end_hook(ends.append)       # the end was handed over once
+            assert ends[1:] == [None]
+    finally:
+        sys.unraisablehook = hook
+    # Without a hook when it ended, the interrupt was also reported as before.
+    assert len(unraisable) == (0 if expected is None else 1)
+
+
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_an_abandoned_iterator_closes_itself(endpoints, loop_kind):
     async def main():

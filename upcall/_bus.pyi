@@ -97,6 +97,8 @@ class Subscription:
         source) without stopping it; True if it has ended.  Thread mode only."""
     def close(self, timeout: float | None = None) -> None:
         """Stop delivery and wait for the loop to end (``TimeoutError`` after timeout)."""
+    def _set_end_hook(self, hook: Callable[[BaseException | None], object]) -> None:
+        """For subscribe_async: hook(exc) once the delivery loop has ended, for any reason."""
     def __enter__(self) -> Subscription: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...

@@ -115,6 +115,9 @@ cdef class Subscription:
     cdef long _pid
     cdef _ErrorLog _decode_log    # errors logged without on_error, rate-limited
     cdef _ErrorLog _target_log
+    cdef object _end_hook         # _set_end_hook(): called once when the loop ends
+    cdef object _end_exc          # what ended the loop (KeyboardInterrupt...), for _end_hook
+    cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef object __weakref__       # the bus keeps a weak reference
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
@@ -347,6 +350,23 @@ cdef class Subscription:
         if self._bus is not None:
             self._bus._forget(self)
 
+    def _set_end_hook(self, hook):
+        """Private (upcall.aio): ``hook(exc)`` is called once when the
+        delivery loop ends, whatever ended it (close, the bus closing,
+        StopDelivery, the end of its source, a KeyboardInterrupt or
+        SystemExit from the target, decoder or on_error), on the loop's
+        thread with the GIL after its last delivery; at once if it has ended
+        already.  ``exc``: that KeyboardInterrupt, SystemExit..., which is
+        then the hook's to report (not written as unraisable), else None.
+        Thread mode only."""
+        if self._caller:
+            raise ValueError("_set_end_hook() is for thread-mode subscriptions")
+        if self._loop_ended:
+            exc, self._end_exc = self._end_exc, None
+            hook(exc)
+        else:
+            self._end_hook = hook
+
     def __enter__(self):
         self._check_process()
         return self
@@ -392,5 +412,8 @@ cdef class Subscription:
         if self._caller:
             self._pending = exc
             return UC_DELIVER_PAUSE
-        _write_unraisable(exc, self)
+        if self._end_exc is None:
+            self._end_exc = exc          # for the end hook (_loop_ended_with_gil)
+        if self._end_hook is None:
+            _write_unraisable(exc, self)
         return UC_DELIVER_STOP

@@ -171,6 +171,8 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
     cdef PyGILState_STATE gstate = st.gstate
     if _python_gone():
         return  # leave both behind: Python may not be entered any more
+    with gil:   # adopted: finds the thread's own state, as _upcall does
+        _loop_ended_with_gil(<Subscription>owner)
     # `st` lives inside the Subscription and may be freed by the decref below.
     st.owner = NULL
     if adopted:
@@ -182,6 +184,21 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
     else:
         with gil:
             Py_DecRef(owner)
+
+
+cdef void _loop_ended_with_gil(Subscription sub) noexcept:
+    # The one place a thread-mode loop's end is told, whatever ended it:
+    # the end hook (Subscription._set_end_hook) runs here, after the last
+    # delivery.  An error from the hook is reported, never raised.
+    sub._loop_ended = True
+    hook, sub._end_hook = sub._end_hook, None
+    if hook is None:
+        return
+    exc, sub._end_exc = sub._end_exc, None
+    try:
+        hook(exc)
+    except BaseException as hook_exc:
+        _write_unraisable(hook_exc, hook)
 
 
 cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,

@@ -14,6 +14,14 @@ How a message reaches a coroutine:
 So the event loop is woken at most once per batch, and not at all while the
 consumer keeps up with a queue that never runs dry.
 
+The end of the stream has one path, _Bridge.finish, whatever ended it:
+close() calls it (dropping what is queued), and the subscription's end hook
+calls it on the delivery thread once the delivery loop has ended for any
+reason (close, the bus closing, StopDelivery from on_error, the event loop
+closed, a KeyboardInterrupt or SystemExit from the decoder or on_error).
+The consumer takes what was queued before the end, then gets that exception
+(once), then StopAsyncIteration.
+
 The queue holds at most ``queue_size`` messages (plus the batch being handed
 out).  When it is full:
   kind="pull"  the delivery thread waits until the batch fits (or the queue is
@@ -58,7 +66,7 @@ class _Bridge(Handler):
     """The subscription's target, between its delivery thread and the event loop.
 
     ``on_batch`` runs on the delivery thread (with the GIL, once per batch);
-    ``wake`` on the event loop's thread; ``end`` on any thread.  ``cond``
+    ``wake`` on the event loop's thread; ``finish`` on any thread.  ``cond``
     guards every attribute below it.
     """
 
@@ -77,6 +85,7 @@ class _Bridge(Handler):
         self.waiter: asyncio.Future[None] | None = None   # what the consumer awaits
         self.wake_pending = False    # a wake-up is scheduled and has not run yet
         self.ended = False           # nothing more will be queued
+        self.error: BaseException | None = None   # what ended delivery, raised after the queue
 
     def on_batch(self, msgs: list[Any]) -> None:
         n = len(msgs)
@@ -118,13 +127,19 @@ class _Bridge(Handler):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def end(self) -> None:
-        """Queue nothing more; wake a delivery thread waiting for room and
-        the consumer waiting for messages."""
+    def finish(self, exc: BaseException | None = None, discard: bool = False) -> None:
+        """The end of the stream, whatever ended it: queue nothing more;
+        wake a delivery thread waiting for room and the consumer waiting for
+        messages.  ``exc``: the KeyboardInterrupt, SystemExit... that ended
+        delivery, raised in the consumer once it has taken what is queued.
+        ``discard`` (close): drop what is queued."""
         with self.cond:
             self.ended = True
-            self.queue.clear()
-            self.queued = 0
+            if exc is not None and self.error is None:
+                self.error = exc
+            if discard:
+                self.queue.clear()
+                self.queued = 0
             self.cond.notify_all()
             waiting = self.waiter is not None
         if waiting:
@@ -143,6 +158,13 @@ class AsyncSubscription:
     subscription is closed: by :meth:`aclose`/:meth:`close`, by leaving
     ``async with``, by cancelling the task waiting in it, by closing the bus,
     or when its event loop is closed.  Closing discards what is still queued.
+
+    It also ends when the delivery loop ends by itself, after the messages
+    queued before that end: with ``StopAsyncIteration`` when ``on_error``
+    raised :class:`upcall.StopDelivery`; by raising, once, the
+    ``KeyboardInterrupt`` or ``SystemExit`` that ``on_error`` or the
+    ``decoder`` raised on the delivery thread (it is not also printed as
+    unraisable).
     """
 
     def __init__(self, bus: Bus, endpoint: str, queue_size: int | None,
@@ -162,6 +184,8 @@ class AsyncSubscription:
         self._batch: list[Any] = []      # the batch being handed out, from _pos on
         self._pos = 0
         self._sub: Subscription = bus.subscribe(endpoint, self._bridge, **subscribe_kwargs)
+        # Every end of the delivery loop ends the iteration, through finish.
+        self._sub._set_end_hook(self._bridge.finish)
 
     def __repr__(self) -> str:
         return f"<upcall.aio.AsyncSubscription of {self._sub!r}>"
@@ -187,6 +211,9 @@ class AsyncSubscription:
                         bridge.cond.notify()
                     continue
                 if bridge.ended:
+                    exc, bridge.error = bridge.error, None
+                    if exc is not None:
+                        raise exc           # what ended delivery, once
                     raise StopAsyncIteration
                 if bridge.waiter is not None:
                     raise RuntimeError("another task is already waiting for this "
@@ -209,7 +236,7 @@ class AsyncSubscription:
         """Stop delivery, end the iteration and wait for the delivery loop to
         end (usually well under a millisecond: at most one batch being
         decoded).  TimeoutError after ``timeout`` seconds, as Subscription.close."""
-        self._bridge.end()
+        self._bridge.finish(discard=True)
         self._batch, self._pos = [], 0
         self._sub.close(timeout)
 
