@@ -9,8 +9,8 @@
 # with send(copy=False), go to libzmq over that memory (uc_pub_send_frames).
 # libzmq frees them on its own threads, where Python must not be entered:
 # the C core queues the release (uc_relq), and _drain_releases, on a thread
-# holding the GIL, drops the views and marks the message's Sent handle done.  It
-# runs on every send, Sent.done / Sent.wait(), publisher close, and as a
+# holding the GIL, drops the views and marks the message's Sent handle done.
+# It runs on every send, Sent.done / Sent.wait(), publisher close, and as a
 # pending call on the main thread scheduled by the queue's notify hook.
 #
 # Receive: the decoder resolves a reference into a read-only memoryview over
