@@ -36,11 +36,11 @@ def test_bandwidth_and_compression_rows(capsys):
     pytest.importorskip("numpy")
     before = _namespaces() if netns.unavailable() is None else set()
     records = large.run(_opts("--large-transports", "inproc,ipc",
-                              "--large-impls", "upcall,pyzmq copy=False"))
+                              "--large-impls", "upcall zero-copy,pyzmq copy=False"))
     out = capsys.readouterr().out
     bandwidth = [r for r in records if r.get("part") != "compression"]
     assert {(r["transport"], r["impl"]) for r in bandwidth} == {
-        (t, i) for t in ("inproc", "ipc") for i in ("upcall", "pyzmq copy=False")} | {
+        (t, i) for t in ("inproc", "ipc") for i in ("upcall zero-copy", "pyzmq copy=False")} | {
         ("-", "memcpy touched"), ("-", "memcpy fresh")}
     assert all(r["gbps"] > 0 for r in bandwidth)
 
@@ -63,11 +63,47 @@ def test_bandwidth_and_compression_rows(capsys):
 
 def test_huge_is_skipped_with_its_reason_when_memory_is_short(monkeypatch, capsys):
     monkeypatch.setattr(large, "MEMORY_FACTOR", 10 ** 9)
-    records = large.run(_opts("--huge", "--large-transports", "inproc", "--large-impls", "upcall",
+    records = large.run(_opts("--huge", "--large-transports", "inproc", "--large-impls", "upcall zero-copy",
                               "--large-compression", "no"))
     out = capsys.readouterr().out
     assert "skipped the 1000 MB rows (--huge): needs about" in out
     assert {r["size"] for r in records} == {1 * MB}
+
+
+@pytest.mark.parametrize("impl", ["upcall zero-copy", "upcall inline"])
+def test_upcall_rows_send_in_the_mode_they_name(impl):
+    """The rows ask for their mode explicitly, whatever the publisher's
+    defaults: over inproc the zero-copy row delivers a view of the sender's
+    own bytes, the inline row a copy as bytes (plain msgpack)."""
+    np = pytest.importorskip("numpy")
+    import threading
+    import time
+
+    import upcall
+    payload = bytes(range(256)) * 4096
+    got = []
+    acked = threading.Semaphore(0)
+
+    def on(msg):
+        v = msg["blob"]
+        got.append((type(v), np.frombuffer(v, dtype=np.uint8).__array_interface__["data"][0]))
+        del v
+        acked.release()
+
+    def wait_ack():
+        assert acked.acquire(timeout=30), "no delivery"
+    with upcall.Bus() as bus:
+        ep = f"inproc://bench-mode-{time.monotonic_ns()}"
+        sub = bus.subscribe(ep, on, kind="pull", bind=True)
+        sender, _ = large._send(impl, ep, payload, 2, wait_ack, bus=bus)
+        sub.close()
+        sender.close()
+    ours = np.frombuffer(payload, dtype=np.uint8).__array_interface__["data"][0]
+    assert len(got) == 3
+    if impl == "upcall zero-copy":
+        assert got == [(memoryview, ours)] * 3
+    else:
+        assert all(t is bytes and addr != ours for t, addr in got)
 
 
 def test_compressible_data_compresses_and_random_does_not():

@@ -7,6 +7,7 @@ The pyzmq peer that publishes is an XPUB socket: it reads the subscription
 message (the slow joiner), with no sleeping.
 """
 import argparse
+import base64
 import json
 import math
 import os
@@ -344,6 +345,21 @@ def test_publish_push_to_a_pyzmq_pull(ctx, tmp_path):
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     assert [pull.recv_multipart() for _ in range(2)] == [[b"", msgpack.packb(1)],
                                                          [b"", msgpack.packb(2)]]
+
+
+def test_publish_sends_large_values_as_plain_msgpack(ctx, tmp_path):
+    """The command publishes what any msgpack reader decodes: a large value
+    inside the payload, two frames, no out-of-band ones."""
+    value = bytes(range(256)) * 80                 # 20,480 bytes
+    pull = peer(ctx, zmq.PULL)
+    ep = tcp()
+    pull.bind(ep)
+    arg = json.dumps({"blob": {"$bytes": base64.b64encode(value).decode()}})
+    proc = run("publish", ep, "--kind", "push", "--topic", "big", arg, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    frames = pull.recv_multipart()
+    assert len(frames) == 2 and frames[0] == b"big"
+    assert msgpack.unpackb(frames[1]) == {"blob": value}
 
 
 def test_publish_bound_to_a_pyzmq_subscriber_that_connects(ctx, tmp_path):

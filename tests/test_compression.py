@@ -185,7 +185,7 @@ def test_compressed_frames_release_the_buffer_at_once(endpoints, transport):
     buf = bytearray(ZEROS)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, transport, col)
-        sent = pub.send(b"t", {"z": buf, "t": TEXT})
+        sent = pub.send(b"t", {"z": buf, "t": TEXT}, copy=False)
         assert sent is not None and sent.done      # nothing of the sender's is held
         buf[:4] = b"XXXX"                          # free to change: the frame is a copy
         col.wait(1)
@@ -198,7 +198,7 @@ def test_raw_frames_of_a_compressing_publisher_are_still_zero_copy(endpoints):
     col = Collector()
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", col)
-        sent = pub.send(b"t", {"z": ZEROS, "r": RANDOM})
+        sent = pub.send(b"t", {"z": ZEROS, "r": RANDOM}, copy=False)
         col.wait(1)
         # On inproc the random value's view is the sender's memory: held.
         assert not sent.done
@@ -206,6 +206,31 @@ def test_raw_frames_of_a_compressing_publisher_are_still_zero_copy(endpoints):
         gc.collect()
         assert sent.wait(DEADLINE)
     _wait_released()
+
+
+@pytest.mark.parametrize("oob_threshold", [None, 4096])
+def test_compression_turns_out_of_band_frames_on(zctx, endpoints, oob_threshold):
+    """Only out-of-band frames are compressed: compression="lz4" alone sends
+    large values out of band at DEFAULT_OOB_THRESHOLD; an explicit
+    oob_threshold still decides which."""
+    ep = endpoints("tcp")
+    pull = zctx.socket(zmq.PULL)
+    pull.bind(ep)
+    pull.rcvtimeo = int(DEADLINE * 1000)
+    under = b"u" * (upcall.DEFAULT_OOB_THRESHOLD - 1)
+    with upcall.Bus() as bus:
+        pub = bus.publisher(ep, kind="push", bind=False, compression="lz4",
+                            oob_threshold=oob_threshold)
+        pub.send(b"t", {"z": ZEROS, "u": under})
+        frames = pull.recv_multipart()
+    pull.close()
+    refs = _refs(frames)
+    if oob_threshold is None:
+        assert len(frames) == 3 and set(refs) == {"z"}
+        assert msgpack.unpackb(frames[1])["u"] == under
+    else:
+        assert len(frames) == 4 and set(refs) == {"z", "u"}
+    assert refs["z"][0] == 1 and lz4_block.decompress(frames[2], uncompressed_size=len(ZEROS)) == ZEROS
 
 
 def test_send_copy_true_with_compression(endpoints):

@@ -432,15 +432,17 @@ def test_raw_false_and_decoder_none_are_the_defaults(endpoints):
 def test_out_of_band_frames_need_the_built_in_decoder(endpoints, kw):
     # A large value travels as a frame after the payload, referenced from
     # inside it (ext 126): only the built-in decoder resolves it.  With
-    # decoder=/raw=True such a message is a decode error; a publisher with
-    # oob_threshold=None sends it inside the payload instead.
+    # decoder=/raw=True such a message is a decode error; a default
+    # publisher (no out-of-band frames) sends it inside the payload.
     big = {"blob": b"x" * (64 * 1024)}
     errors = Errors()
     got = Collector()
     with upcall.Bus() as bus:
         ep, sub, _ = open_pull(bus, endpoints, got, "native", on_error=errors, **kw)
-        bus.publisher(ep, kind="push", bind=False).send(b"big", big)
-        inline = bus.publisher(ep, kind="push", bind=False, oob_threshold=None)
+        oob = bus.publisher(ep, kind="push", bind=False,
+                            oob_threshold=upcall.DEFAULT_OOB_THRESHOLD)
+        oob.send(b"big", big)
+        inline = bus.publisher(ep, kind="push", bind=False)
         inline.send(b"big", big)
         got.wait(1)
         st = settle(sub, "native", 2)

@@ -2,6 +2,7 @@
 
 pyzmq is only the foreign peer here (its own zmq context): ipc and tcp.
 """
+import struct
 import time
 
 import msgpack
@@ -154,6 +155,95 @@ def test_upcall_feeds_pyzmq(zctx, endpoints, kind, transport):
         finally:
             zsock.close(linger=0)
             pub.close()
+
+
+LARGE_VALUE = 20_000
+
+
+def _large_values():
+    """Values over upcall.DEFAULT_OOB_THRESHOLD: bytes and buffer exporters."""
+    raw = bytes((i * 7 + 3) & 0xFF for i in range(LARGE_VALUE))
+    values = {"bytes": raw, "bytearray": bytearray(raw) * 50}
+    try:
+        import numpy as np
+        values["numpy"] = np.arange(250_000, dtype=np.float64)
+    except ImportError:     # the other CPythons' test venvs
+        import array
+        values["array"] = array.array("d", range(250_000))
+    return values
+
+
+def _connected_reader(zctx, pub, kind, ep):
+    zsock = zctx.socket(zmq.SUB if kind == "pub" else zmq.PULL)
+    zsock.setsockopt(zmq.RCVHWM, 0)
+    if kind == "pub":
+        zsock.setsockopt(zmq.SUBSCRIBE, b"")
+    zsock.connect(ep)
+    if kind == "pub":
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            assert time.monotonic() < deadline, "pyzmq SUB never got a probe"
+            pub.send(b"probe", PROBE)
+            if zsock.poll(10):
+                break
+    return zsock
+
+
+def _recv_all(zsock, n):
+    got = []
+    deadline = time.monotonic() + DEADLINE
+    while len(got) < n:
+        assert time.monotonic() < deadline, "pyzmq got %d of %d" % (len(got), n)
+        if zsock.poll(100):
+            frames = zsock.recv_multipart()
+            if frames[0] != b"probe":
+                got.append(frames)
+    return got
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+@pytest.mark.parametrize("kind", ["pub", "push"])
+def test_default_publisher_sends_large_values_as_plain_msgpack(zctx, endpoints, kind, transport):
+    """Any msgpack reader decodes what a default publisher sends, large
+    values too: [topic, msgpack.packb(obj)], two frames, no ext code."""
+    ep = endpoints(transport)
+    values = _large_values()
+    with upcall.Bus() as bus:
+        pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None)
+        zsock = _connected_reader(zctx, pub, kind, ep)
+        try:
+            for name, value in values.items():
+                pub.send(name.encode(), {"v": value})
+            pub.send_many(b"many", [{"v": values["bytes"]}])
+            got = _recv_all(zsock, len(values) + 1)
+        finally:
+            zsock.close(linger=0)
+            pub.close()
+    for frames, (name, value) in zip(got, list(values.items()) + [("many", values["bytes"])]):
+        assert len(frames) == 2, "%s: expected [topic, payload], got %d frames" % (name, len(frames))
+        assert frames[0] == name.encode()
+        assert msgpack.unpackb(frames[1]) == {"v": bytes(memoryview(value).cast("B"))}, name
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_out_of_band_frames_when_asked_for(zctx, endpoints, transport):
+    """publisher(oob_threshold=N) opts in: the value travels as a frame of
+    its own after the payload, referenced by an ext 126 (docs/wire.md)."""
+    ep = endpoints(transport)
+    value = _large_values()["bytes"]
+    with upcall.Bus() as bus:
+        pub = bus.publisher(ep, kind="push", oob_threshold=upcall.DEFAULT_OOB_THRESHOLD)
+        zsock = _connected_reader(zctx, pub, "push", ep)
+        try:
+            pub.send(b"oob", {"v": value})
+            (frames,) = _recv_all(zsock, 1)
+        finally:
+            zsock.close(linger=0)
+            pub.close()
+    assert len(frames) == 3 and frames[2] == value
+    ref = msgpack.unpackb(frames[1])["v"]
+    assert isinstance(ref, msgpack.ExtType) and ref.code == 126
+    assert struct.unpack(">BBHIQ", ref.data) == (1, 0, 0, 2, len(value))
 
 
 def test_upcall_empty_topic_is_its_own_frame(zctx, endpoints):

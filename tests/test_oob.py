@@ -65,7 +65,7 @@ def test_round_trip_every_kind(endpoints, transport, size):
     values = _values(size)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, transport, col)
-        sent = pub.send(b"t", {"kind": "all", **values})
+        sent = pub.send(b"t", {"kind": "all", **values}, copy=False)
         col.wait(1)
         got = col.items[0]
         for name, v in values.items():
@@ -81,12 +81,12 @@ def test_round_trip_every_kind(endpoints, transport, size):
     _wait_released()
 
 
-def test_threshold_is_inclusive_and_default(endpoints):
+def test_threshold_is_inclusive(endpoints):
     col = Collector()
     t = upcall.DEFAULT_OOB_THRESHOLD
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True)
-        pub = bus.publisher(sub.last_endpoint, kind="push", bind=False)
+        pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=t)
         pub.send(b"t", [bytes(t - 1), bytes(t)])
         col.wait(1)
         below, at = col.items[0]
@@ -191,7 +191,7 @@ def test_inproc_view_is_the_publishers_memory(endpoints):
     refs = sys.getrefcount(arr)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", lambda m: kept.append(m["a"]))
-        sent = pub.send(b"t", {"a": arr})
+        sent = pub.send(b"t", {"a": arr}, copy=False)
         wait_for(lambda: kept)
         got = np.frombuffer(kept[0], dtype=np.uint8)
         assert got.__array_interface__["data"][0] == arr.__array_interface__["data"][0]
@@ -213,7 +213,7 @@ def test_buffer_held_until_released_then_exactly_once(endpoints):
     ba = bytearray(b"q" * LARGE)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", lambda m: kept.append(m))
-        sent = pub.send(b"t", [ba])
+        sent = pub.send(b"t", [ba], copy=False)
         wait_for(lambda: kept)
         with pytest.raises(BufferError):
             ba.extend(b"x")
@@ -250,7 +250,7 @@ def test_no_leak_over_many_rounds(endpoints, transport):
 
         def rounds(n):
             for i in range(n):
-                pub.send(b"t", {"i": i, "blob": blob})
+                pub.send(b"t", {"i": i, "blob": blob}, copy=False)
                 col.wait(1)
                 col.items.clear()
         rounds(20)
@@ -274,7 +274,7 @@ def test_release_drained_without_further_sends(endpoints):
     ba = bytearray(LARGE)
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "tcp", lambda m: kept.append(m))
-        pub.send(b"t", [ba])
+        pub.send(b"t", [ba], copy=False)
         wait_for(lambda: kept)
 
         def resizable():
@@ -417,7 +417,7 @@ def test_value_over_4_gib(endpoints):
     kept = []
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", lambda m: kept.append(m))
-        sent = pub.send(b"t", {"big": big})
+        sent = pub.send(b"t", {"big": big}, copy=False)
         wait_for(lambda: kept)
         view = kept[0]["big"]
         assert len(view) == size and view[-1] == 7 and view[0] == 0
@@ -438,9 +438,93 @@ def test_send_returns_none_unless_a_buffer_is_held(endpoints):
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "ipc", col)
         assert pub.send(b"t", {"small": b"x" * 10}) is None
+        assert pub.send(b"t", {"big": bytes(LARGE)}) is None      # copied: the default
         assert pub.send(b"t", {"big": bytes(LARGE)}, copy=True) is None
-        sent = pub.send(b"t", {"big": bytes(LARGE)})
+        sent = pub.send(b"t", {"big": bytes(LARGE)}, copy=False)
         assert isinstance(sent, upcall.Sent)
-        col.wait(3)
+        col.wait(4)
         assert sent.wait(DEADLINE) and sent.done
         assert repr(sent) == "<upcall.Sent done>"
+
+
+# ---- send() copies unless asked not to ----------------------------------------
+
+REUSED = 4 * 1024 * 1024
+REUSE_ROUNDS = 20
+
+
+def _reused_buffer():
+    if np is not None:
+        return np.zeros(REUSED, dtype=np.uint8)
+    return bytearray(REUSED)
+
+
+def _fill(buf, value):
+    if np is not None and isinstance(buf, np.ndarray):
+        buf.fill(value)
+    else:
+        buf[:] = bytes([value]) * len(buf)
+
+
+@pytest.mark.parametrize("publisher_kw", [
+    {},                                                    # the default publisher
+    {"oob_threshold": upcall.DEFAULT_OOB_THRESHOLD},       # out of band, send() copying
+    {"oob_threshold": upcall.DEFAULT_OOB_THRESHOLD, "coalesce": True},
+], ids=["default", "oob", "oob-coalesce"])
+def test_buffer_reused_right_after_send_arrives_as_sent(endpoints, publisher_kw):
+    """pyzmq's rule: a buffer may be written again as soon as send() returns,
+    unless copy=False was asked for.  Over tcp libzmq's I/O thread still
+    writes a 4 MiB frame to the socket long after send() returns: a frame
+    over the caller's memory would carry the bytes written next."""
+    got = []
+
+    def on_msg(msg):
+        v = msg["v"]
+        expected = bytes([msg["i"] & 0xFF]) * REUSED
+        got.append((msg["i"], len(v) == REUSED and bytes(v) == expected))
+    buf = _reused_buffer()
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("tcp"), on_msg, kind="pull", bind=True, copy=True)
+        pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, **publisher_kw)
+        for i in range(REUSE_ROUNDS):
+            _fill(buf, i & 0xFF)
+            pub.send(b"t", {"i": i, "v": buf})
+            _fill(buf, 0xEE)              # the caller's next use of its buffer
+        pub.flush()
+        wait_for(lambda: len(got) == REUSE_ROUNDS, what=f"{REUSE_ROUNDS} messages")
+        pub.close()
+    assert [i for i, _ in got] == list(range(REUSE_ROUNDS))
+    assert [i for i, ok in got if not ok] == [], "messages that arrived with the later bytes"
+    _wait_released()
+
+
+def test_copy_false_is_zero_copy_until_released(endpoints):
+    """copy=False keeps the zero-copy send: the frame is the caller's memory
+    (inproc: the subscriber's view is it) and the Sent says when it is free."""
+    kept = []
+    ba = bytearray(b"z" * LARGE)
+    with upcall.Bus() as bus:
+        sub, pub = _pair(bus, endpoints, "inproc", lambda m: kept.append(m))
+        sent = pub.send(b"t", {"v": ba}, copy=False)
+        assert isinstance(sent, upcall.Sent)
+        wait_for(lambda: kept)
+        ba[0] = ord("y")                  # the subscriber sees the sender's own memory
+        assert bytes(kept[0]["v"][:2]) == b"yz"
+        assert not sent.done
+        kept.clear()
+        assert sent.wait(DEADLINE)
+    _wait_released()
+
+
+def test_copy_false_without_out_of_band_frames_holds_nothing(endpoints):
+    """copy=False allows a zero-copy send; a publisher that sends no
+    out-of-band frames packs everything into the payload, so nothing is held."""
+    col = Collector()
+    ba = bytearray(b"n" * LARGE)
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True)
+        pub = bus.publisher(sub.last_endpoint, kind="push", bind=False)
+        assert pub.send(b"t", {"v": ba}, copy=False) is None
+        ba[:] = b"m" * LARGE
+        col.wait(1)
+        assert col.items[0]["v"] == b"n" * LARGE

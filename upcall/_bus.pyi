@@ -113,8 +113,10 @@ class Publisher:
     @property
     def closed(self) -> bool: ...
     def send(self, topic: Topic, obj: Any, *, timeout: float | None = None,
-             copy: bool = False) -> Sent | None:
-        """``timeout`` in seconds (pyzmq's are milliseconds)."""
+             copy: bool = True) -> Sent | None:
+        """``timeout`` in seconds (pyzmq's are milliseconds).  ``copy=False``:
+        out-of-band values go without a copy; do not change them until the
+        returned Sent is done."""
     def send_async(self, topic: Topic, obj: Any, *,
                    timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Encode obj now; the awaitable sends it without blocking the event loop."""
@@ -138,11 +140,13 @@ class Publisher:
 
 @final
 class Sent:
-    """Whether libzmq is done with a message's out-of-band buffers."""
+    """Whether libzmq is done with the out-of-band buffers of a message sent
+    with ``copy=False``."""
     @property
     def done(self) -> bool: ...
     def wait(self, timeout: float | None = None) -> bool: ...
 
+# The threshold to opt in to out-of-band frames with (publisher(oob_threshold=)).
 DEFAULT_OOB_THRESHOLD: int
 # Bus.publisher(coalesce=True) defaults (PERF.md, "Coalescing").
 DEFAULT_MAX_DELAY: float
@@ -222,7 +226,7 @@ class Bus:
         default: Callable[[Any], Any] | None = None,
         encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
         socket_options: Mapping[str, int] | None = None,
-        oob_threshold: int | None = ...,
+        oob_threshold: int | None = None,
         compression: Literal["lz4"] | None = None,
         coalesce: bool = False,
         max_delay: float | None = ...,

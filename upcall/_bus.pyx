@@ -704,7 +704,7 @@ A zmq context and every subscription and publisher opened on it.
     def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
                   curve_server=None, curve_serverkey=None, curve_client=None,
                   default=None, encoder=None, socket_options=None,
-                  oob_threshold=DEFAULT_OOB_THRESHOLD, compression=None, coalesce=False,
+                  oob_threshold=None, compression=None, coalesce=False,
                   max_delay=DEFAULT_MAX_DELAY, max_batch=DEFAULT_MAX_BATCH,
                   max_bytes=DEFAULT_MAX_BYTES):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
@@ -721,15 +721,22 @@ A zmq context and every subscription and publisher opened on it.
         ``msgspec.msgpack.Encoder().encode``); it must return a bytes-like
         object.
         ``socket_options``: libzmq options by name, as for :meth:`subscribe`.
-        ``oob_threshold``: bytes-like values of this many bytes or more travel
-        out of band, as frames of their own without a copy (docs/wire.md);
-        None: never.
+        ``oob_threshold``: None (default): every value is packed into the
+        payload, which is then plain msgpack that any msgpack reader
+        decodes.  A number (``upcall.DEFAULT_OOB_THRESHOLD``, 16 KiB, is
+        the measured choice): bytes-like values of this many bytes or more
+        travel out of band, as zmq frames of their own after the payload
+        (docs/wire.md, ext 126), which an upcall subscriber reads and a
+        plain msgpack reader sees as an ``ExtType(126)``; with
+        ``send(..., copy=False)`` they go without a copy.
         ``compression``: None (default) or ``"lz4"``: out-of-band frames of
         10 kB or more are LZ4-compressed when samples of them compress well,
         and sent raw otherwise (docs/wire.md); the receiver decompresses.
-        A compressed frame is libzmq's own copy: its value may change as
-        soon as ``send`` returns (the returned ``Sent`` then waits only for
-        the values sent raw).
+        Only out-of-band frames are compressed, so ``compression="lz4"``
+        turns them on: at ``DEFAULT_OOB_THRESHOLD`` when ``oob_threshold``
+        is None.  A compressed frame is libzmq's own copy: its value may
+        change as soon as ``send`` returns (with ``copy=False`` the
+        returned ``Sent`` then waits only for the values sent raw).
         ValueError when this upcall was built without liblz4
         (``upcall.COMPRESSION`` is then empty).
 
@@ -780,6 +787,10 @@ A zmq context and every subscription and publisher opened on it.
         pub._encode = encoder
         pub._oob_threshold = _oob_threshold_arg(oob_threshold)
         pub._compress = _compression_arg(compression)
+        if pub._compress and oob_threshold is None:
+            # Compression applies to out-of-band frames only: asking for it
+            # asks for them.
+            pub._oob_threshold = DEFAULT_OOB_THRESHOLD
         if not isinstance(coalesce, bool):
             raise TypeError(f"coalesce must be True or False, not {type(coalesce).__name__}")
         o.coalesce = 1 if coalesce else 0

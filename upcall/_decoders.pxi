@@ -13,7 +13,8 @@
 # msgpack: a foreign decoder cannot resolve them, and raw bytes would hand
 # over a payload whose large values are missing.  A message carrying them is
 # a decode error (reason "oob_decoder"), counted and reported like any other;
-# publishers meant for such subscribers send with oob_threshold=None.
+# publishers meant for such subscribers leave out-of-band frames off (no
+# oob_threshold= or compression=, the default).
 #
 # A payload is handed on as `bytes`, copied out of its zmq frame: the frame
 # is only valid during the delivery call, and a decoder or a target may keep
@@ -71,7 +72,8 @@ cdef object _oob_refused(size_t n_extra, str what):
     return DecodeError(
         f"message carries {n_extra} out-of-band frame(s) (large values sent apart, "
         f"docs/wire.md), which {what} cannot take: only upcall's built-in decoder resolves "
-        "them; publish to this subscriber with oob_threshold=None", None, "oob_decoder")
+        "them; publish to this subscriber without out-of-band frames (oob_threshold=None "
+        "and no compression=, the publisher's default)", None, "oob_decoder")
 
 
 cdef object _decoder_failed(object fn, object exc):

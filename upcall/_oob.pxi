@@ -1,13 +1,16 @@
 # Out-of-band values (docs/wire.md, ext 126): large bytes-like values travel
-# as zmq frames of their own, without a copy on either side.
+# as zmq frames of their own, without a copy on either side.  Opt-in
+# (publisher(oob_threshold=N) or compression=): a default publisher's
+# payload is plain msgpack, which any msgpack reader decodes.
 #
 # Send: Publisher.send packs with Encoder.pack_oob, which collects the views
 # (OobBuffer) of the values at or above the publisher's threshold; the
-# frames go to libzmq over that memory (uc_pub_send_frames).  libzmq frees
-# them on its own threads, where Python must not be entered: the C core
-# queues the release (uc_relq), and _drain_releases, on a thread holding
-# the GIL, drops the views and marks the message's Sent handle done.  It
-# runs on every send, Sent.done / Sent.wait(), publisher close, and as a
+# frames are copied into libzmq's memory (send's default, copy=True), or,
+# with send(copy=False), go to libzmq over that memory (uc_pub_send_frames).
+# libzmq frees them on its own threads, where Python must not be entered:
+# the C core queues the release (uc_relq), and _drain_releases, on a thread
+# holding the GIL, drops the views and marks the message's Sent handle done.
+# It runs on every send, Sent.done / Sent.wait(), publisher close, and as a
 # pending call on the main thread scheduled by the queue's notify hook.
 #
 # Receive: the decoder resolves a reference into a read-only memoryview over
@@ -42,7 +45,9 @@ cdef enum:
 #: when upcall was built with liblz4, else ().
 COMPRESSION = ("lz4",) if uc_lz4_available() else ()
 
-#: Values of this many bytes or more go out of band (PERF.md, "Large payloads").
+#: The threshold to opt in with, ``publisher(oob_threshold=DEFAULT_OOB_THRESHOLD)``
+#: (and the one ``compression=`` uses): values of this many bytes or more go
+#: out of band (PERF.md, "Large payloads").  The default is None: never.
 DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
 MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
@@ -58,13 +63,15 @@ cdef int _drain_scheduled = 0
 @cython.final
 cdef class Sent:
     """What :meth:`Publisher.send` returns for a message whose out-of-band
-    values went without a copy: whether libzmq is done with them
+    values went without a copy (``send(..., copy=False)`` on a publisher
+    made with ``oob_threshold=``): whether libzmq is done with them
     (docs/wire.md).
 
     Until ``done``, those buffers are still read by libzmq (or, on
     ``inproc://``, viewed by a subscriber): they must not be changed.  A
-    message with no such value (small values only, or ``copy=True``) returns
-    None instead: it holds nothing once ``send`` returns.
+    message with no such value (small values only, no out-of-band frames,
+    or ``copy=True``, the default) returns None instead: it holds nothing
+    once ``send`` returns.
     """
     cdef list _buffers     # the OobBuffer views, until released
     cdef bint _done

@@ -189,7 +189,7 @@ cdef class Publisher:
         cdef const char *ep = uc_pub_last_endpoint(self._c)
         return ep.decode("utf-8", "replace") if ep != NULL and ep[0] else self.endpoint
 
-    def send(self, topic, obj, *, timeout=None, copy=False):
+    def send(self, topic, obj, *, timeout=None, copy=True):
         """Encode ``obj`` as msgpack and send ``[topic, payload, *out-of-band frames]``.
 
         ``timeout``: None (or math.inf) blocks while the high-water mark is
@@ -198,12 +198,16 @@ cdef class Publisher:
         pyzmq's timeouts: ``timeout=1.0`` is one second.  A blocked send lets Ctrl-C in
         (KeyboardInterrupt); the message is then not sent at all.
 
-        Bytes-like values of ``oob_threshold`` bytes or more travel as frames
-        of their own (docs/wire.md), handed to libzmq without a copy: do not
-        change them until the returned :class:`Sent` is ``done`` (or
-        ``wait()`` for it); ``copy=True`` copies them instead, and they are
-        free when send returns.  Returns a :class:`Sent` when the message
-        holds such buffers, else None (as before: nothing to wait for).
+        ``copy``: True (default): what ``obj`` holds is copied before send
+        returns, so its buffers may be changed or reused at once, as with
+        pyzmq.  ``copy=False`` allows a zero-copy send of the values that
+        travel out of band (a publisher made with ``oob_threshold=`` or
+        ``compression=``; docs/wire.md): they are handed to libzmq over
+        their own memory, and **must not be changed until the returned**
+        :class:`Sent` **is** ``done`` (or ``wait()`` for it): libzmq may
+        read them long after send returns.  Returns a :class:`Sent` when
+        the message holds such buffers, else None (nothing to wait for:
+        ``copy=True``, or nothing out of band).
 
         On a publisher made with ``coalesce=True`` the message joins its
         topic's pending batch (see :meth:`Bus.publisher`); the send waits
@@ -379,8 +383,9 @@ cdef class Publisher:
         everything pending is flushed.  On any other publisher the batches
         are built here, after the topic's earlier messages, and sent at once:
         the same messages on the wire, values packed inline.  (On a
-        coalescing publisher a message with values of ``oob_threshold``
-        bytes or more goes alone, as with send, its values copied.)
+        coalescing publisher made with ``oob_threshold=`` a message with
+        values of that many bytes or more goes alone, as with send, its
+        values copied.)
         ``timeout`` as for :meth:`send`, per zmq
         message; an error leaves the objects before the failing batch sent
         and the rest not (on a coalescing publisher, pending).
