@@ -16,7 +16,9 @@ bin (``bytes``)             ``{"$bytes": "<base64>"}``
 array                       array
 map, all keys str, none     object
 starting with ``$``
-any other map               ``{"$map": [[key, value], ...]}`` (in order)
+any other map               ``{"$map": [[key, value], ...]}`` (in order;
+                            no array or map as a key: upcall's decoder
+                            refuses them, so ``from_json`` does)
 Timestamp (ext -1)          ``{"$timestamp": "2023-11-14T22:13:20.000000005Z"}``
                             (RFC 3339, UTC, 9 digits), or ``[seconds,
                             nanoseconds]`` where a year is outside 1..9999
@@ -25,6 +27,10 @@ ext (any other code)        ``{"$ext": [code, "<base64>"]}``
 
 Every form maps back to the same msgpack value (``from_json`` inverts
 ``to_json``), and a JSON float stays a float (``1.0``), an int an int.
+A non-finite float is only ever ``$float``: ``from_json`` refuses the
+infinity json.loads makes of ``1e400``.  Neither direction recurses:
+``to_json`` and ``dumps`` take any depth, ``from_json`` refuses more than
+upcall encodes (``DEFAULT_MAX_DEPTH`` levels).
 """
 from __future__ import annotations
 

@@ -257,14 +257,19 @@ JSON mapping (both directions): null, true/false, numbers, strings, arrays
 and objects as themselves (a float keeps its fraction: 1.0); what JSON lacks
 is a one-key object:
   {"$bytes": "<base64>"}                     msgpack bin
-  {"$float": "nan" | "inf" | "-inf"}         non-finite floats
+  {"$float": "nan" | "inf" | "-inf"}         non-finite floats (the only
+                                             way: NaN, Infinity, 1e400 are
+                                             refused)
   {"$map": [[key, value], ...]}              a map with non-string keys (or
-                                             keys starting with $)
+                                             keys starting with $); a key is
+                                             never an array or a map
   {"$timestamp": "2023-11-14T22:13:20.000000005Z"}   msgpack Timestamp (UTC;
                                              [seconds, nanoseconds] outside
                                              years 1..9999)
   {"$ext": [code, "<base64>"]}               any other msgpack ext
-A topic prints as a string when it is UTF-8, else as {"$bytes": ...}.
+A topic prints as a string when it is UTF-8, else as {"$bytes": ...};
+--topic is the bytes of its argument, UTF-8 or not.  At most 512 levels
+of nesting (upcall's max_depth).
 
 Exit status: 0 done, 1 failed while running (endpoint refused, address in
 use, bad JSON on stdin, wait timed out), 2 unusable command line (including
