@@ -593,7 +593,8 @@ def test_publish_refuses_an_argument_it_cannot_send_as_written(tmp_path, bad, re
 
 @pytest.mark.parametrize("bad,reason,env", [
     (c[1], c[2], {}) for c in NOT_SENDABLE] + [
-    (nested_json(100_000), f"nested deeper than {DEFAULT_MAX_DEPTH} levels", {}),
+    (nested_json(100_000), f"nested too deeply to parse (upcall takes at most "
+                           f"{DEFAULT_MAX_DEPTH} levels)", {}),
     (os.fsdecode(b'"\xff"'), "not UTF-8", {"PYTHONIOENCODING": "utf-8"}),
 ], ids=[c[0] for c in NOT_SENDABLE] + ["100k-deep", "not-utf8-strict-stdin"])
 def test_publish_refuses_a_stdin_line_it_cannot_send_as_written(ctx, tmp_path, bad, reason,

@@ -131,10 +131,11 @@ def _parse(data: bytes, where: str) -> Any:
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
-        # json.loads recurses in C and stops at Python's recursion limit,
-        # which is deeper than upcall encodes anyway.
-        raise Failure(f"{where}: bad JSON: nested deeper than {DEFAULT_MAX_DEPTH} levels "
-                      "(upcall's max_depth for encoding and decoding)") from None
+        # json.loads recurses in C and stops near Python's recursion limit:
+        # past what upcall encodes, except for $map forms (three JSON levels
+        # per msgpack level) nested some hundreds deep.
+        raise Failure(f"{where}: bad JSON: nested too deeply to parse (upcall takes at most "
+                      f"{DEFAULT_MAX_DEPTH} levels)") from None
     except ValueError as e:     # json.JSONDecodeError is one
         raise Failure(f"{where}: bad JSON: {e}") from None
     try:
@@ -155,8 +156,6 @@ def _messages(opts: argparse.Namespace) -> Iterator[Any]:
                 raise
         yield from parsed
         return
-    if sys.stdin is None:
-        raise Failure("no JSON arguments and no stdin to read them from", EXIT_USAGE)
     # Bytes: a line that is not UTF-8 is reported as such, whatever the locale.
     for lineno, line in enumerate(sys.stdin.buffer, 1):
         if line.strip():
