@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import msgpack
@@ -23,6 +24,8 @@ import zmq
 
 import upcall
 from upcall import cli
+import upcall._jsonmap as jsonmap
+from upcall._codec import DEFAULT_MAX_DEPTH
 from upcall._jsonmap import from_json, to_json, topic_to_json
 from helpers import DEADLINE, free_tcp_port, script_env
 
@@ -38,9 +41,9 @@ def run(*args, input=None, cwd=None):
                           env=script_env(), cwd=cwd, timeout=TIMEOUT)
 
 
-def start(*args, tmp_path):
+def start(*args, tmp_path, env=None):
     return subprocess.Popen(upcall_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=script_env(), cwd=tmp_path)
+                            text=True, env=script_env(**(env or {})), cwd=tmp_path)
 
 
 def finish(proc):
@@ -53,21 +56,22 @@ def finish(proc):
     return proc.returncode, out, err
 
 
-def run_serving(sock, *args, input=None, cwd=None):
+def run_serving(sock, *args, input=None, cwd=None, env=None):
     """Run the command while this process keeps ``sock`` serviced.
 
     libzmq attaches a connection to a bound socket, and a SUB sends its
     subscriptions to it, only when the application calls into the socket: a
     pyzmq SUB left alone would never let the command see a subscriber.  A
     real subscriber receives; here a poll does it, leaving the messages
-    queued for the test to read afterwards."""
-    proc = subprocess.Popen(upcall_cmd(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=script_env(), cwd=cwd)
+    queued for the test to read afterwards.  ``input``: str, or bytes as
+    they are, read from a file (a pipe would fill up while the command
+    waits for its subscriber before reading)."""
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(b"" if input is None else input.encode() if isinstance(input, str) else input)
+        stdin.seek(0)
+        proc = subprocess.Popen(upcall_cmd(*args), stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=script_env(**(env or {})), cwd=cwd)
     try:
-        if input is not None:
-            proc.stdin.write(input)
-        proc.stdin.close()
-        proc.stdin = None       # for communicate() in finish()
         deadline = time.monotonic() + TIMEOUT
         while proc.poll() is None and time.monotonic() < deadline:
             sock.poll(20)
@@ -75,7 +79,7 @@ def run_serving(sock, *args, input=None, cwd=None):
     finally:
         proc.kill()
         proc.wait()
-    return subprocess.CompletedProcess(proc.args, status, out, err)
+    return subprocess.CompletedProcess(proc.args, status, out.decode(), err.decode())
 
 
 def one_error_line(err, command):
@@ -117,6 +121,27 @@ def wait_subscription(xpub, prefix):
 
 def unpack(payload):
     return msgpack.unpackb(payload, strict_map_key=False, timestamp=0)
+
+
+def nested(depth, leaf=0):
+    """``depth`` arrays, one inside the other, around ``leaf``."""
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def nested_json(depth, leaf="0"):
+    return "[" * depth + leaf + "]" * depth
+
+
+def nested_msgpack(depth):
+    """nested(depth) packed by hand: msgpack.packb stops at 511 levels."""
+    return b"\x91" * depth + b"\x00"
+
+
+# A topic that is not UTF-8, as a command line argument: subprocess passes
+# os.fsencode() of it, these very bytes.
+NOT_UTF8_TOPIC = b"t\xff"
 
 
 # ---- the command itself ---------------------------------------------------------
@@ -268,6 +293,66 @@ def test_listen_reports_an_undecodable_message_and_goes_on(ctx, tmp_path):
     assert "skipped" in line and "bad" in line
 
 
+@pytest.mark.parametrize("depth", [500, DEFAULT_MAX_DEPTH])
+def test_listen_shows_every_depth_upcall_decodes(ctx, tmp_path, depth):
+    """A message nested as deep as upcall's decoder takes (max_depth) prints
+    like any other: the JSON is written without recursion."""
+    xpub = peer(ctx, zmq.XPUB)
+    ep = tcp()
+    xpub.bind(ep)
+    proc = start("listen", ep, "--count", "1", tmp_path=tmp_path)
+    try:
+        wait_subscription(xpub, b"")
+        xpub.send_multipart([b"deep", nested_msgpack(depth)])
+        status, out, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (status, err) == (0, ""), err
+    assert out == '{"topic": "deep", "payload": ' + nested_json(depth) + "}\n"
+
+
+def test_listen_names_the_topic_of_a_message_it_cannot_show(ctx, tmp_path):
+    """A stdout that cannot write the payload (ASCII here): that message is
+    skipped with one line naming its topic, and the next one shows."""
+    xpub = peer(ctx, zmq.XPUB)
+    ep = tcp()
+    xpub.bind(ep)
+    proc = start("listen", ep, "--count", "1", tmp_path=tmp_path,
+                 env={"PYTHONIOENCODING": "ascii"})
+    try:
+        wait_subscription(xpub, b"")
+        xpub.send_multipart([b"t.1", msgpack.packb("\u00e9")])
+        xpub.send_multipart([b"t.2", msgpack.packb("e")])
+        status, out, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert status == 0
+    assert json.loads(out) == {"topic": "t.2", "payload": "e"}
+    line = one_error_line(err, "listen")
+    assert "skipped" in line and "(topic b't.1')" in line, line
+
+
+def test_listen_topic_that_is_not_utf8(ctx, tmp_path):
+    """--topic is bytes on the wire: the argument's bytes as given."""
+    xpub = peer(ctx, zmq.XPUB)
+    ep = tcp()
+    xpub.bind(ep)
+    proc = start("listen", ep, "--topic", os.fsdecode(NOT_UTF8_TOPIC), "--count", "1",
+                 tmp_path=tmp_path)
+    try:
+        wait_subscription(xpub, NOT_UTF8_TOPIC)
+        xpub.send_multipart([b"t\xfe", msgpack.packb("filtered out")])
+        xpub.send_multipart([NOT_UTF8_TOPIC + b"!", msgpack.packb(2)])
+        status, out, err = finish(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (status, err) == (0, ""), err
+    assert json.loads(out) == {"topic": {"$bytes": "dP8h"}, "payload": 2}
+
+
 def test_ctrl_c_ends_listen_quietly_with_130(ctx, tmp_path):
     xpub = peer(ctx, zmq.XPUB)
     ep = tcp()
@@ -415,6 +500,57 @@ def test_publish_then_listen_round_trip(tmp_path):
         {"topic": "x.y", "payload": {"a": {"$float": "nan"}}}]
 
 
+def test_publish_as_deep_as_upcall_encodes_to_a_pyzmq_subscriber(ctx, tmp_path):
+    """max_depth levels of JSON, and a $map at the deepest level."""
+    sub = peer(ctx, zmq.SUB, subscribe=b"")
+    ep = tcp()
+    sub.bind(ep)
+    proc = run_serving(sub, "publish", ep, nested_json(DEFAULT_MAX_DEPTH),
+                       nested_json(DEFAULT_MAX_DEPTH - 1, '{"$map": [[1, {"$float": "inf"}]]}'),
+                       cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert sub.recv_multipart() == [b"", nested_msgpack(DEFAULT_MAX_DEPTH)]
+    assert sub.recv_multipart() == [b"", upcall.packb(nested(DEFAULT_MAX_DEPTH - 1,
+                                                             {1: math.inf}))]
+
+
+def test_publish_topic_that_is_not_utf8(ctx, tmp_path):
+    sub = peer(ctx, zmq.SUB, subscribe=NOT_UTF8_TOPIC)
+    ep = tcp()
+    sub.bind(ep)
+    proc = run_serving(sub, "publish", ep, "--topic", os.fsdecode(NOT_UTF8_TOPIC + b"\x01"),
+                       "1", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert sub.recv_multipart() == [NOT_UTF8_TOPIC + b"\x01", msgpack.packb(1)]
+
+
+def test_publish_then_listen_round_trip_of_map_keys_floats_and_depth(tmp_path):
+    """Every kind of map key upcall decodes, non-finite floats (only as
+    $float), the deepest value, a topic that is not UTF-8: listen prints
+    what publish read."""
+    ep = f"ipc://{tmp_path}/rt.sock"
+    lines = [
+        nested_json(DEFAULT_MAX_DEPTH),
+        '{"$map": [[null, 1], [true, 2], [-3, 3], [1.5, 4], ["s", 5], [{"$bytes": "AP8="}, 6], '
+        '[{"$float": "-inf"}, 7], [{"$timestamp": "2023-11-14T22:13:20.000000005Z"}, 8], '
+        '[{"$ext": [5, "aGk="]}, 9]]}',
+        '[{"$float": "inf"}, {"$float": "-inf"}, 1e+308, -0.0, 5e-324]',
+    ]
+    listener = start("listen", ep, "--bind", "--count", str(len(lines)),
+                     "--topic", os.fsdecode(NOT_UTF8_TOPIC), tmp_path=tmp_path)
+    try:
+        pub = run("publish", ep, "--topic", os.fsdecode(NOT_UTF8_TOPIC + b".y"),
+                  input="\n".join(lines) + "\n", cwd=tmp_path)
+        assert (pub.returncode, pub.stderr) == (0, ""), pub.stderr
+        status, out, err = finish(listener)
+    finally:
+        listener.kill()
+        listener.wait()
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [f'{{"topic": {{"$bytes": "dP8ueQ=="}}, "payload": {line}}}'
+                                for line in lines]
+
+
 # ---- errors: one line, a status, no traceback -------------------------------------
 
 @pytest.mark.parametrize("command", ["listen", "publish"])
@@ -443,6 +579,51 @@ def test_bad_json_argument_is_a_usage_error(tmp_path, bad):
     proc = run("publish", ep, "1", bad, cwd=tmp_path)
     assert proc.returncode == 2
     assert "argument 2: bad JSON" in one_error_line(proc.stderr, "publish")
+
+
+# What publish cannot send as written: refused before anything is sent,
+# with a line that names the problem.
+NOT_SENDABLE = [
+    ("600-deep", nested_json(600), f"nested deeper than {DEFAULT_MAX_DEPTH} levels"),
+    ("timestamp-int64", '{"$timestamp": [100000000000000000000000, 0]}', "int64"),
+    ("1e400", "1e400", '{"$float": "inf"}'),
+    ("-1e400", '{"x": -1e400}', '{"$float": "inf"}'),
+    ("NaN", "NaN", 'NaN is not JSON: non-finite floats are written {"$float": "nan"}'),
+    ("-Infinity", "[-Infinity]", "-Infinity is not JSON"),
+    ("array-key", '{"$map": [[[1, 2], "v"]]}', "a key is an array or a map"),
+    ("map-key", '{"$map": [[{"$map": [[1, 2]]}, "v"]]}', "a key is an array or a map"),
+    ("not-utf8", os.fsdecode(b'"\xff"'), "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("bad,reason", [c[1:] for c in NOT_SENDABLE],
+                         ids=[c[0] for c in NOT_SENDABLE])
+def test_publish_refuses_an_argument_it_cannot_send_as_written(tmp_path, bad, reason):
+    # Nothing listens: refused before anything opens (before the fix some
+    # were sent, and waited for a subscriber: --wait-timeout ends that).
+    proc = run("publish", tcp(), "--wait-timeout", "2", "1", bad, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr, "publish")
+    assert "argument 2: bad JSON: " in line and reason in line, line
+
+
+@pytest.mark.parametrize("bad,reason,env", [
+    (c[1], c[2], {}) for c in NOT_SENDABLE] + [
+    (nested_json(100_000), f"nested too deeply to parse (upcall takes at most "
+                           f"{DEFAULT_MAX_DEPTH} levels)", {}),
+    (os.fsdecode(b'"\xff"'), "not UTF-8", {"PYTHONIOENCODING": "utf-8"}),
+], ids=[c[0] for c in NOT_SENDABLE] + ["100k-deep", "not-utf8-strict-stdin"])
+def test_publish_refuses_a_stdin_line_it_cannot_send_as_written(ctx, tmp_path, bad, reason,
+                                                                env):
+    sub = peer(ctx, zmq.SUB, subscribe=b"")
+    ep = tcp()
+    sub.bind(ep)
+    proc = run_serving(sub, "publish", ep, input=b'"first"\n' + os.fsencode(bad) + b'\n"never"\n',
+                       cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr
+    line = one_error_line(proc.stderr, "publish")
+    assert "stdin line 2: bad JSON: " in line and reason in line, line
+    assert unpack(sub.recv_multipart()[1]) == "first"     # what came before it was sent
 
 
 def test_bad_json_line_on_stdin(ctx, tmp_path):
@@ -509,7 +690,9 @@ MAPPED = [
     (b"\x00", {"$bytes": "AA=="}), (bytearray(b"ab"), {"$bytes": "YWI="}),
     (float("-inf"), {"$float": "-inf"}),
     ([1, [2]], [1, [2]]), ({"k": b""}, {"k": {"$bytes": ""}}),
-    ({"$k": 1}, {"$map": [["$k", 1]]}), ({(1, 2): 3}, {"$map": [[[1, 2], 3]]}),
+    ({"$k": 1}, {"$map": [["$k", 1]]}),
+    ({None: [{1.5: b""}], -1: {"k": [[]]}},
+     {"$map": [[None, [{"$map": [[1.5, {"$bytes": ""}]]}]], [-1, {"k": [[]]}]]}),
     (upcall.Timestamp(0, 1), {"$timestamp": "1970-01-01T00:00:00.000000001Z"}),
     (upcall.Timestamp(-1, 0), {"$timestamp": "1969-12-31T23:59:59.000000000Z"}),
     (upcall.Timestamp(2 ** 40, 7), {"$timestamp": [2 ** 40, 7]}),
@@ -522,6 +705,7 @@ def test_json_mapping_round_trips(value, expected):
     got = to_json(value)
     assert got == expected
     text = json.dumps(got, allow_nan=False)      # strict JSON
+    assert jsonmap.dumps(got) == json.dumps(got, ensure_ascii=False, allow_nan=False)
     back = from_json(json.loads(text))
     assert upcall.packb(back) == upcall.packb(bytes(value) if isinstance(value, bytearray)
                                               else value)
@@ -537,7 +721,31 @@ def test_json_mapping_nan_and_topics():
 
 @pytest.mark.parametrize("bad", [{"$bytes": 1}, {"$float": "big"}, {"$map": [1]},
                                  {"$ext": ["x", ""]}, {"$timestamp": "2024-13-01T00:00:00Z"},
-                                 {"$other": 1}, {"a": 1, "$b": 2}])
+                                 {"$other": 1}, {"a": 1, "$b": 2},
+                                 # what upcall's decoder would refuse
+                                 {"$map": [[[1, 2], 3]]}, {"$map": [[{"a": 1}, 3]]},
+                                 {"$map": [[{"$map": []}, 3]]},
+                                 nested(DEFAULT_MAX_DEPTH + 1),
+                                 nested(DEFAULT_MAX_DEPTH, {"$map": [[1, 2]]}),
+                                 # json.loads reads 1e400 as infinity
+                                 math.inf, [-math.inf], {"k": math.nan},
+                                 {"$timestamp": [2 ** 70, 0]}])
 def test_json_mapping_refuses_malformed_forms(bad):
     with pytest.raises(ValueError):
         from_json(bad)
+
+
+def test_json_mapping_takes_what_upcall_encodes_at_its_depth_limit():
+    deepest = nested(DEFAULT_MAX_DEPTH - 1, {"$map": [[1, 2]]})
+    assert upcall.packb(from_json(deepest)) == upcall.packb(nested(DEFAULT_MAX_DEPTH - 1,
+                                                                    {1: 2}))
+
+
+def test_json_mapping_has_no_recursion_limit():
+    """listen converts and writes any depth a decoder may give (max_depth
+    up to 4096 and beyond Python's recursion limit)."""
+    deep = nested(100_000, b"")
+    text = jsonmap.dumps(to_json(deep))
+    assert text == nested_json(100_000, '{"$bytes": ""}')
+    deep_map = nested(100_000, {2: "x"})
+    assert jsonmap.dumps(to_json(deep_map)) == nested_json(100_000, '{"$map": [[2, "x"]]}')

@@ -16,7 +16,9 @@ bin (``bytes``)             ``{"$bytes": "<base64>"}``
 array                       array
 map, all keys str, none     object
 starting with ``$``
-any other map               ``{"$map": [[key, value], ...]}`` (in order)
+any other map               ``{"$map": [[key, value], ...]}`` (in order;
+                            no array or map as a key: upcall's decoder
+                            refuses them, so ``from_json`` does)
 Timestamp (ext -1)          ``{"$timestamp": "2023-11-14T22:13:20.000000005Z"}``
                             (RFC 3339, UTC, 9 digits), or ``[seconds,
                             nanoseconds]`` where a year is outside 1..9999
@@ -25,19 +27,25 @@ ext (any other code)        ``{"$ext": [code, "<base64>"]}``
 
 Every form maps back to the same msgpack value (``from_json`` inverts
 ``to_json``), and a JSON float stays a float (``1.0``), an int an int.
+A non-finite float is only ever ``$float``: ``from_json`` refuses the
+infinity json.loads makes of ``1e400``.  Neither direction recurses:
+``to_json`` and ``dumps`` take any depth, ``from_json`` refuses more than
+upcall encodes (``DEFAULT_MAX_DEPTH`` levels).
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import datetime
+import itertools
+import json
 import math
 import re
 from typing import Any
 
-from upcall._codec import ExtType, Timestamp
+from upcall._codec import DEFAULT_MAX_DEPTH, ExtType, Timestamp
 
-__all__ = ["to_json", "from_json", "topic_to_json"]
+__all__ = ["to_json", "from_json", "topic_to_json", "dumps"]
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _TAGS = ("$bytes", "$float", "$map", "$timestamp", "$ext")
@@ -56,29 +64,137 @@ def _timestamp_to_json(ts: Timestamp) -> Any:
             f"{dt.second:02d}.{ts.nanoseconds:09d}Z")
 
 
-def to_json(obj: Any) -> Any:
-    """A decoded msgpack value as a value ``json.dumps`` writes as strict JSON."""
+def _walk(root: Any, step: Any) -> Any:
+    """Convert ``root`` node by node without recursion, so that the nesting
+    is bounded by memory, not by Python's recursion limit (``listen`` shows
+    everything upcall decodes, 512 levels by default and up to 4096).
+
+    ``step(node, depth)`` returns ``(value, None)`` for a leaf, or, for a
+    container, ``(the new empty container, (its children, add))``: each
+    child is converted in turn and passed to ``add``, which fills it."""
+    value, todo = step(root, 1)
+    stack = [] if todo is None else [(todo[0], todo[1], 1)]
+    while stack:
+        children, add, depth = stack[-1]
+        for child in children:
+            v, sub = step(child, depth + 1)
+            add(v)
+            if sub is not None:
+                stack.append((sub[0], sub[1], depth + 1))
+                break
+        else:
+            stack.pop()
+    return value
+
+
+def _pairs_add(pairs: list) -> Any:
+    """``add`` for ``{"$map": pairs}``: keys and values alternate."""
+    def add(v: Any) -> None:
+        if pairs and len(pairs[-1]) == 1:
+            pairs[-1].append(v)
+        else:
+            pairs.append([v])
+    return add
+
+
+def _object_add(out: dict, keys: Any) -> Any:
+    return lambda v: out.__setitem__(next(keys), v)
+
+
+def _to_json_step(obj: Any, depth: int) -> Any:
     if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
+        return obj, None
     if isinstance(obj, float):
         if math.isfinite(obj):
-            return obj
-        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
+            return obj, None
+        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}, None
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {"$bytes": _b64(obj)}
+        return {"$bytes": _b64(obj)}, None
     if isinstance(obj, (list, tuple)):
-        return [to_json(v) for v in obj]
+        out: Any = []
+        return out, (iter(obj), out.append)
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in obj):
-            return {k: to_json(v) for k, v in obj.items()}
-        return {"$map": [[to_json(k), to_json(v)] for k, v in obj.items()]}
+            out = {}
+            return out, (iter(list(obj.values())), _object_add(out, iter(list(obj))))
+        pairs: list = []
+        return {"$map": pairs}, (itertools.chain.from_iterable(list(obj.items())),
+                                 _pairs_add(pairs))
     if isinstance(obj, Timestamp):
-        return {"$timestamp": _timestamp_to_json(obj)}
+        return {"$timestamp": _timestamp_to_json(obj)}, None
     if isinstance(obj, ExtType):
-        return {"$ext": [obj.code, _b64(obj.data)]}
+        return {"$ext": [obj.code, _b64(obj.data)]}, None
     if isinstance(obj, datetime.datetime):     # a decoder made with timestamp="datetime"
-        return {"$timestamp": _timestamp_to_json(Timestamp.from_datetime(obj))}
+        return {"$timestamp": _timestamp_to_json(Timestamp.from_datetime(obj))}, None
     raise TypeError(f"no JSON form for {type(obj).__name__}")
+
+
+def to_json(obj: Any) -> Any:
+    """A decoded msgpack value as a value ``json.dumps`` writes as strict JSON
+    (:func:`dumps` writes it at any depth)."""
+    return _walk(obj, _to_json_step)
+
+
+class _Text(str):
+    """Punctuation that :func:`dumps` writes as it is."""
+
+
+_COMMA = _Text(", ")
+_encode_str = json.encoder.encode_basestring    # json.dumps's, for ensure_ascii=False
+
+
+def _list_items(v: list) -> Any:
+    for i, x in enumerate(v):
+        if i:
+            yield _COMMA
+        yield x
+    yield _Text("]")
+
+
+def _dict_items(v: dict) -> Any:
+    for i, (k, x) in enumerate(v.items()):
+        if not isinstance(k, str):
+            raise TypeError(f"a JSON object key must be str, not {type(k).__name__}")
+        yield _Text((", " if i else "") + _encode_str(k) + ": ")
+        yield x
+    yield _Text("}")
+
+
+def dumps(obj: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, allow_nan=False)``, same text,
+    for the values :func:`to_json` returns, at any depth (json.dumps
+    recurses, and stops at Python's recursion limit)."""
+    out: list = []
+    stack: list = [iter((obj,))]
+    while stack:
+        for v in stack[-1]:
+            if type(v) is _Text:
+                out.append(v)
+            elif isinstance(v, str):
+                out.append(_encode_str(v))
+            elif v is None:
+                out.append("null")
+            elif v is True or v is False:
+                out.append("true" if v else "false")
+            elif isinstance(v, int):
+                out.append(int.__repr__(v))
+            elif isinstance(v, float):
+                if not math.isfinite(v):
+                    raise ValueError(f"a non-finite float in JSON: {v!r}")
+                out.append(float.__repr__(v))
+            elif isinstance(v, list):
+                out.append("[")
+                stack.append(_list_items(v))
+                break
+            elif isinstance(v, dict):
+                out.append("{")
+                stack.append(_dict_items(v))
+                break
+            else:
+                raise TypeError(f"no JSON form for {type(v).__name__}")
+        else:
+            stack.pop()
+    return "".join(out)
 
 
 def topic_to_json(topic: bytes) -> Any:
@@ -105,7 +221,10 @@ _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))
 
 def _timestamp_from_json(v: Any) -> Timestamp:
     if isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v):
-        return Timestamp(v[0], v[1])
+        try:
+            return Timestamp(v[0], v[1])
+        except OverflowError as e:       # seconds outside int64
+            raise ValueError(f'"$timestamp": {e}') from None
     m = _RFC3339.fullmatch(v) if isinstance(v, str) else None
     if m is None:
         raise ValueError('"$timestamp" must be an RFC 3339 time such as '
@@ -120,46 +239,82 @@ def _timestamp_from_json(v: Any) -> Timestamp:
     return Timestamp(delta.days * 86400 + delta.seconds, int((frac or "").ljust(9, "0")))
 
 
-def from_json(obj: Any) -> Any:
-    """A parsed JSON value (``json.loads``) as the value to pack: the inverse
-    of :func:`to_json`.  ValueError for a malformed ``$`` form."""
+_NO_KEY = object()
+
+
+def _map_add(out: dict) -> Any:
+    """``add`` for a ``$map``: keys and values alternate."""
+    key = _NO_KEY
+
+    def add(v: Any) -> None:
+        nonlocal key
+        if key is not _NO_KEY:
+            out[key] = v
+            key = _NO_KEY
+        elif isinstance(v, (list, dict)):
+            # upcall's decoder (as msgpack's) refuses an array or map key
+            # (DecodeError "unhashable_key"): what would be sent could not be read.
+            raise ValueError('"$map": a key is an array or a map, which upcall\'s decoder '
+                             "refuses (keys are null, booleans, numbers, strings and the "
+                             "$bytes, $float, $timestamp and $ext forms)")
+        else:
+            key = v
+    return add
+
+
+def _deeper(depth: int) -> None:
+    if depth > DEFAULT_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {DEFAULT_MAX_DEPTH} levels "
+                         "(upcall's max_depth for encoding and decoding)")
+
+
+def _from_json_step(obj: Any, depth: int) -> Any:
     if isinstance(obj, list):
-        return [from_json(v) for v in obj]
+        _deeper(depth)
+        out: Any = []
+        return out, (iter(obj), out.append)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            # json.loads reads 1e400 as infinity.
+            raise ValueError("a number too large for a float (such as 1e400, which would "
+                             'be infinity): non-finite floats are written {"$float": "inf"}, '
+                             '"-inf" or "nan"')
+        return obj, None
     if not isinstance(obj, dict):
-        return obj
+        return obj, None
     if len(obj) == 1:
         (tag, v), = obj.items()
         if tag == "$bytes":
-            return _unb64(v, '"$bytes"')
+            return _unb64(v, '"$bytes"'), None
         if tag == "$float":
             if v not in ("nan", "inf", "-inf"):
                 raise ValueError(f'"$float" must be "nan", "inf" or "-inf", not {v!r}')
-            return float(v)
+            return float(v), None
         if tag == "$map":
             if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
                 raise ValueError('"$map" must be a list of [key, value] pairs')
+            _deeper(depth)
             out = {}
-            for k, val in v:
-                k = from_json(k)
-                if isinstance(k, list):
-                    k = _hashable(k)
-                try:
-                    out[k] = from_json(val)
-                except TypeError:
-                    raise ValueError(f'"$map": a key that cannot be a key: {k!r}') from None
-            return out
+            return out, (itertools.chain.from_iterable(v), _map_add(out))
         if tag == "$timestamp":
-            return _timestamp_from_json(v)
+            return _timestamp_from_json(v), None
         if tag == "$ext":
             if not (isinstance(v, list) and len(v) == 2 and type(v[0]) is int):
                 raise ValueError('"$ext" must be [code, "<base64>"]')
-            return ExtType(v[0], _unb64(v[1], '"$ext" data'))
+            return ExtType(v[0], _unb64(v[1], '"$ext" data')), None
     for k in obj:
         if k.startswith("$"):
             raise ValueError(f"unknown form {k!r} (a map whose keys start with $ is written "
                              f'as {{"$map": [[key, value], ...]}}; forms: {", ".join(_TAGS)})')
-    return {k: from_json(v) for k, v in obj.items()}
+    _deeper(depth)
+    out = {}
+    return out, (iter(list(obj.values())), _object_add(out, iter(list(obj))))
 
 
-def _hashable(v: Any) -> Any:
-    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+def from_json(obj: Any) -> Any:
+    """A parsed JSON value (``json.loads``) as the value to pack: the inverse
+    of :func:`to_json`.  ValueError for a malformed ``$`` form, a map key
+    upcall's decoder would refuse (an array or a map), a non-finite number
+    (``1e400``: write ``{"$float": "inf"}``), or nesting deeper than upcall
+    encodes (512 levels)."""
+    return _walk(obj, _from_json_step)

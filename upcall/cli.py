@@ -24,7 +24,8 @@ import sys
 from typing import Any, Iterator, Optional, Sequence
 
 import upcall
-from upcall._jsonmap import from_json, to_json, topic_to_json
+from upcall._codec import DEFAULT_MAX_DEPTH
+from upcall._jsonmap import dumps, from_json, to_json, topic_to_json
 
 PROG = "upcall"
 
@@ -58,11 +59,14 @@ def _describe(exc: BaseException) -> str:
 def _listen(opts: argparse.Namespace) -> int:
     printed = 0
     out = sys.stdout
+    showing = b""
 
     def show(topic: bytes, msg: Any) -> None:
-        nonlocal printed
-        line = json.dumps({"topic": topic_to_json(topic), "payload": to_json(msg)},
-                          ensure_ascii=False, allow_nan=False)
+        nonlocal printed, showing
+        showing = topic
+        # Converted and written without recursion: every message upcall
+        # decodes shows, however deep.
+        line = dumps({"topic": topic_to_json(topic), "payload": to_json(msg)})
         out.write(line + "\n")
         out.flush()
         printed += 1
@@ -72,13 +76,16 @@ def _listen(opts: argparse.Namespace) -> int:
             # stdout's reader went away (`upcall listen ... | head`): end quietly.
             _silence_stdout()
             raise upcall.StopDelivery
-        # A DecodeError names its topic; anything else came from show().
-        print(f"{PROG} listen: message skipped: {exc}", file=sys.stderr, flush=True)
+        # A DecodeError names its topic; anything else came from show(),
+        # which was showing the message of topic `showing`.
+        where = "" if isinstance(exc, upcall.DecodeError) else f" (topic {bytes(showing)!r})"
+        print(f"{PROG} listen: message skipped: {_describe(exc)}{where}", file=sys.stderr,
+              flush=True)
 
     kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, delivery="caller",
                                   with_topic=True, on_error=on_error)
     if opts.kind == "sub":
-        kwargs["topics"] = [t.encode("utf-8") for t in opts.topic] if opts.topic else [b""]
+        kwargs["topics"] = [_topic(t) for t in opts.topic] if opts.topic else [b""]
     elif opts.topic:
         raise Failure("--topic is for --kind sub (a pull socket has no topics)", EXIT_USAGE)
     if opts.curve_serverkey:
@@ -103,10 +110,37 @@ def _listen(opts: argparse.Namespace) -> int:
 
 # ---- publish ------------------------------------------------------------------
 
-def _parse(text: str, where: str) -> Any:
+def _topic(arg: str) -> bytes:
+    """A --topic as the bytes given on the command line: a topic is bytes on
+    the wire, and one that is not UTF-8 reaches Python as surrogate escapes
+    (os.fsencode gives its bytes back)."""
+    return os.fsencode(arg)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON: non-finite floats are written "
+                     '{"$float": "nan"}, "inf" or "-inf"')
+
+
+def _parse(data: bytes, where: str) -> Any:
+    """One JSON text (UTF-8, as JSON is) as the value to send."""
     try:
-        return from_json(json.loads(text))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Failure(f"{where}: bad JSON: not UTF-8: {e}") from None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        # json.loads recurses in C and stops near Python's recursion limit:
+        # past what upcall encodes, except for $map forms (three JSON levels
+        # per msgpack level) nested some hundreds deep.
+        raise Failure(f"{where}: bad JSON: nested too deeply to parse (upcall takes at most "
+                      f"{DEFAULT_MAX_DEPTH} levels)") from None
     except ValueError as e:     # json.JSONDecodeError is one
+        raise Failure(f"{where}: bad JSON: {e}") from None
+    try:
+        return from_json(value)
+    except ValueError as e:
         raise Failure(f"{where}: bad JSON: {e}") from None
 
 
@@ -116,13 +150,14 @@ def _messages(opts: argparse.Namespace) -> Iterator[Any]:
         parsed = []
         for i, text in enumerate(opts.json, 1):
             try:
-                parsed.append(_parse(text, f"argument {i}"))
+                parsed.append(_parse(os.fsencode(text), f"argument {i}"))
             except Failure as f:
                 f.status = EXIT_USAGE
                 raise
         yield from parsed
         return
-    for lineno, line in enumerate(sys.stdin, 1):
+    # Bytes: a line that is not UTF-8 is reported as such, whatever the locale.
+    for lineno, line in enumerate(sys.stdin.buffer, 1):
         if line.strip():
             yield _parse(line, f"stdin line {lineno}")
 
@@ -131,7 +166,7 @@ def _publish(opts: argparse.Namespace) -> int:
     messages = _messages(opts)
     if opts.json:
         messages = iter(list(messages))      # bad arguments fail before any socket opens
-    topic = opts.topic.encode("utf-8")
+    topic = _topic(opts.topic)
     kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, linger=opts.linger)
     if opts.curve_serverkey:
         kwargs["curve_serverkey"] = opts.curve_serverkey
@@ -221,14 +256,19 @@ JSON mapping (both directions): null, true/false, numbers, strings, arrays
 and objects as themselves (a float keeps its fraction: 1.0); what JSON lacks
 is a one-key object:
   {"$bytes": "<base64>"}                     msgpack bin
-  {"$float": "nan" | "inf" | "-inf"}         non-finite floats
+  {"$float": "nan" | "inf" | "-inf"}         non-finite floats (the only
+                                             way: NaN, Infinity, 1e400 are
+                                             refused)
   {"$map": [[key, value], ...]}              a map with non-string keys (or
-                                             keys starting with $)
+                                             keys starting with $); a key is
+                                             never an array or a map
   {"$timestamp": "2023-11-14T22:13:20.000000005Z"}   msgpack Timestamp (UTC;
                                              [seconds, nanoseconds] outside
                                              years 1..9999)
   {"$ext": [code, "<base64>"]}               any other msgpack ext
-A topic prints as a string when it is UTF-8, else as {"$bytes": ...}.
+A topic prints as a string when it is UTF-8, else as {"$bytes": ...};
+--topic is the bytes of its argument, UTF-8 or not.  At most 512 levels
+of nesting (upcall's max_depth).
 
 Exit status: 0 done, 1 failed while running (endpoint refused, address in
 use, bad JSON on stdin, wait timed out), 2 unusable command line (including
