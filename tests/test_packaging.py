@@ -23,6 +23,10 @@ from test_cimport import RUN as CIMPORT_RUN
 pytest.importorskip("build", reason="needs the dist extra (make test installs it)")
 pytest.importorskip("auditwheel", reason="needs the dist extra (make test installs it)")
 
+# Past the subprocesses' own limits: the first test sets up `dist` (900 s), and
+# the longest test runs up to 1260 s of its own.
+pytestmark = pytest.mark.timeout(900 + 1260 + 60)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "tests")
 EXTENSIONS = ("_codec", "_bus", "handler", "native")
