@@ -1,5 +1,5 @@
-"""The distribution files, built once for this module the way `make wheel`
-builds them (tools/build-wheel.sh): the sdist carries every source the build
+"""The distribution files, built once for this module by `make wheel` in a
+clone of the tree (tools/build-wheel.sh): the sdist carries every source the build
 needs and nothing the build generates; the wheel built from that sdist
 installs into a clean virtual environment, does a round trip, and a user's
 Cython extension compiles against it; the self-contained wheel does a round
@@ -79,11 +79,35 @@ def run(cmd, **kw):
     return p
 
 
+def clone_of_the_tree(dst):
+    """What a fresh clone has: the files git knows (as they are in the work
+    tree), none of what a build or a venv left."""
+    p = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("the source tree is not a git checkout: %s" % p.stderr.strip())
+    for rel in p.stdout.split("\0"):
+        src = os.path.join(ROOT, rel)
+        if rel and os.path.isfile(src):
+            os.makedirs(os.path.join(dst, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dst, rel))
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    run([os.path.join(ROOT, "tools", "build-wheel.sh"), str(out)],
-        env={**os.environ, "PY": sys.executable}, timeout=900)
+    # The README's command, `make wheel`, in a clone of the tree: the Makefile
+    # passes the relative PY=.venv/bin/python, as on a fresh clone.  The
+    # clone's .venv is this interpreter's environment (it has the dist extra);
+    # -o keeps make from creating it again (a fresh clone would, first).
+    clone = tmp_path_factory.mktemp("clone")
+    clone_of_the_tree(clone)
+    os.symlink(sys.prefix, clone / ".venv")
+    # Nothing from an enclosing make (`make test`): no PY=... from its command line.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL")}
+    run(["make", "--no-print-directory", "-o", ".venv/.installed", "wheel"],
+        cwd=clone, env=env, timeout=900)
+    out = clone / "dist"
 
     def one(pattern):
         found = glob.glob(str(out / pattern))
