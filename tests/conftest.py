@@ -24,13 +24,26 @@ else:
                               print_blob=True)
     settings.load_profile("upcall")
 
-# A test that hangs (e.g. a deadlock inside the C core with the GIL held,
-# which no Python-level timeout can interrupt) dumps every thread's stack and
-# ends the run instead of hanging `make test` forever.
+# Per-test time limits (pyproject.toml [tool.pytest.ini_options]: timeout, a
+# marker `@pytest.mark.timeout(N)` on the tests that build): pytest-timeout
+# with method=signal, so a test past its limit fails alone, with the stacks of
+# every thread, and the run goes on.  Its method=thread would end the whole
+# run (os._exit) and needs the GIL to fire.  A signal cannot end a hang where
+# the main thread never returns to Python (a deadlock inside the C core with
+# the GIL held): for that, faulthandler's watchdog (a C thread, no GIL) dumps
+# every thread's stack and ends the run, `hang_watchdog_grace` seconds after
+# the test's own limit, so it never cuts a build test short.
+HANG_GRACE = 60
+# The deadline without pytest-timeout installed (its limit, then the grace).
 HANG_TIMEOUT = 120
 
 
 _watchdog_file = None
+
+
+def pytest_addoption(parser):
+    parser.addini("hang_watchdog_grace", "seconds past a test's timeout before the hang "
+                  "watchdog ends the whole run (default %d)" % HANG_GRACE, default=str(HANG_GRACE))
 
 
 def pytest_configure(config):
@@ -42,6 +55,8 @@ def pytest_configure(config):
     # reset to the default, which Python turns into KeyboardInterrupt).
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not config.pluginmanager.hasplugin("timeout"):
+        config.addinivalue_line("markers", "timeout(seconds): the test's limit (pytest-timeout)")
     # The dump must reach the real stderr, not pytest's capture of fd 2
     # (which is lost when the process exits).
     global _watchdog_file
@@ -51,14 +66,32 @@ def pytest_configure(config):
         _watchdog_file = os.fdopen(os.dup(2), "w")
 
 
-@pytest.fixture(autouse=True)
-def _hang_watchdog(request):
-    f = _watchdog_file or sys.stderr
-    f.write("")
-    faulthandler.dump_traceback_later(HANG_TIMEOUT, exit=True, file=f)
+def _arm_hang_watchdog(config, timeout):
+    grace = float(config.getini("hang_watchdog_grace"))
+    faulthandler.dump_traceback_later(timeout + grace, exit=True, file=_watchdog_file or sys.stderr)
+
+
+# pytest-timeout's hooks, called with the test's limit (marker, --timeout or
+# ini) when there is one, around setup, call and teardown; returning None
+# lets the plugin set its own SIGALRM timer too.
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    _arm_hang_watchdog(item.config, settings.timeout)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_cancel_timer(item):
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    if not item.config.pluginmanager.hasplugin("timeout"):
+        _arm_hang_watchdog(item.config, HANG_TIMEOUT)
     try:
         yield
     finally:
+        # Also what a test armed itself (test_soak re-arms it per cycle).
         faulthandler.cancel_dump_traceback_later()
 
 

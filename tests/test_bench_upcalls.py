@@ -49,6 +49,8 @@ def test_contention_quick():
     assert {r["case"] for r in records} >= {"synthetic", "tcp"}
 
 
+# Past its subprocess's own limit (600 s).
+@pytest.mark.timeout(600 + 60)
 def test_dispatcher_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "u.json", tmp_path / "u.png"

@@ -65,6 +65,8 @@ RUN = textwrap.dedent("""
 """)
 
 
+# Past its subprocesses' own limits (600 s build, 120 s run).
+@pytest.mark.timeout(600 + 120 + 60)
 def test_cimport_handler_builds_and_receives(tmp_path):
     shutil.copy(os.path.join(HERE, "cimport_example", "my_handlers.pyx"), tmp_path)
     (tmp_path / "setup.py").write_text(SETUP)

