@@ -420,13 +420,33 @@ int uc_pub_wait_subscriptions(uc_pub *pub, int n, int timeout_ms, int *count);
  * threads may still be about to call uc_pub_send. */
 void uc_pub_shutdown(uc_pub *pub);
 
-/* Linger at most max_ms (>= 0) once closed, whatever linger_ms said: for a
- * close that must end by a deadline.  Any thread, before uc_pub_close. */
+/* Linger at most max_ms (>= 0) from now, whatever linger_ms said: for a
+ * close that must end by a deadline.  Any thread, before uc_pub_close or
+ * while it (or uc_pub_close_flush) waits: a close sending its pending
+ * batches is woken and ends by then. */
 void uc_pub_cap_linger(uc_pub *pub, int max_ms);
 
+/* Closing in steps, for a caller that must get control back while a
+ * coalescing publisher's pending batches wait for a peer (Python runs its
+ * signal handlers between the steps).  The first call shuts the publisher
+ * down (uc_pub_shutdown) and starts the linger; each call sends pending
+ * batches, waiting at most timeout_ms (< 0: no limit) and never past the
+ * linger's end.  UC_ERR_AGAIN: batches are still pending and the linger
+ * goes on (call again, or give up: uc_pub_discard, uc_pub_close);
+ * UC_OK: nothing is pending, or the linger has ended.  Not coalescing:
+ * UC_OK at once.  The closer's thread only, as uc_pub_close. */
+int uc_pub_close_flush(uc_pub *pub, int timeout_ms);
+
+/* Drop the messages waiting in open batches; returns how many (0 without
+ * coalescing).  For a close that gives up on them: uc_pub_close drops
+ * what its linger left unsent, silently, as libzmq does. */
+size_t uc_pub_discard(uc_pub *pub);
+
 /* Close the socket (lingering up to linger_ms) and free.  A coalescing
- * publisher first sends its open batches, within linger_ms too.  No uc_pub_send may
- * run or start concurrently (uc_pub_shutdown first, then wait for them). */
+ * publisher first sends its open batches, within linger_ms too (in one
+ * wait: see uc_pub_close_flush; uc_pub_cap_linger from another thread
+ * ends it); the rest is dropped.  No uc_pub_send may run or start
+ * concurrently (uc_pub_shutdown first, then wait for them). */
 void uc_pub_close(uc_pub *pub);
 
 /* The endpoint as resolved at open (see uc_sub_last_endpoint). */

@@ -69,6 +69,9 @@ struct uc_pub {
     int flusher_idle;       /* waiting with no batch open */
     int flusher_stop;
     int64_t wake_early_ns;  /* the flusher's own timer lateness, averaged (flusher only) */
+    /* Closing (the closer's thread; uc_pub_cap_linger may lower the end). */
+    int close_started;      /* uc_pub_close_flush ran once: shut down, linger begun */
+    _Atomic int64_t close_until_ns;  /* the linger's end, monotonic; INT64_MAX: none */
 };
 
 /* Sends between two readings of the subscription messages (see above): a
@@ -143,6 +146,7 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         return NULL;
     }
     atomic_init(&p->linger_ms, o->linger_ms);
+    atomic_init(&p->close_until_ns, INT64_MAX);
     if ((e = pthread_mutex_init(&p->mu, NULL)) != 0) {
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
@@ -492,13 +496,45 @@ static void *flusher_main(void *arg)
     return NULL;
 }
 
-/* At close: send what is pending, waiting for a full pipe up to linger_ms
- * (< 0: no limit) in all, as libzmq lingers over what it has queued. */
-static void flush_at_close(uc_pub *p, int linger_ms)
+/* Lower an atomic deadline to until_ns; never raise it (two closers, a
+ * close and a bus closing by a deadline, each keep the earlier end). */
+static void lower_deadline(_Atomic int64_t *d, int64_t until_ns)
 {
-    struct timespec deadline;
-    if (linger_ms > 0)
-        uc_deadline_after(&deadline, linger_ms);
+    int64_t cur = atomic_load_explicit(d, memory_order_relaxed);
+    while (cur > until_ns
+           && !atomic_compare_exchange_weak_explicit(d, &cur, until_ns, memory_order_relaxed,
+                                                     memory_order_relaxed))
+        ;
+}
+
+/* Milliseconds left of the close's linger, rounded up; -1: no limit. */
+static long close_ms_left(uc_pub *p)
+{
+    int64_t until = atomic_load_explicit(&p->close_until_ns, memory_order_relaxed);
+    if (until == INT64_MAX)
+        return -1;
+    int64_t left = until - uc_mono_ns();
+    if (left <= 0)
+        return 0;
+    left = (left + 999999) / 1000000;
+    return left > INT_MAX ? INT_MAX : (long)left;
+}
+
+/* At close (mutex held): send what is pending, waiting for a full pipe at
+ * most timeout_ms (< 0: no limit) this call, and never past the linger's
+ * end (close_until_ns), as libzmq lingers over what it has queued.  The
+ * end may move earlier meanwhile (uc_pub_cap_linger: a bus closing by a
+ * deadline, from another thread), which wakes this wait through efd: so a
+ * "wait forever" linger still ends when the bus's close must.  The wait
+ * itself is the caller's to slice (timeout_ms), as every blocking send is,
+ * so that Python runs its signal handlers in between.  UC_ERR_AGAIN:
+ * batches remain and the linger goes on; UC_OK: none remain, or the linger
+ * ended (or the socket failed) and what remains is for uc_pub_discard. */
+static int flush_at_close(uc_pub *p, int timeout_ms)
+{
+    struct timespec slice;
+    if (timeout_ms > 0)
+        uc_deadline_after(&slice, timeout_ms);
     uc_batch *b;
     while ((b = uc_coal_oldest(&p->co)) != NULL) {
         size_t len;
@@ -508,13 +544,38 @@ static void flush_at_close(uc_pub *p, int linger_ms)
             uc_batch_clear(&p->co, b);
             continue;
         }
-        long wait = linger_ms < 0 ? -1 : linger_ms == 0 ? 0 : uc_ms_left(&deadline);
-        if (rc != UC_ERR_AGAIN || wait == 0)
-            return;   /* as libzmq drops what is still queued when linger ends */
-        zmq_pollitem_t item = {.socket = p->sock, .events = ZMQ_POLLOUT};
-        if (zmq_poll(&item, 1, wait) < 0 && errno != EINTR)
-            return;
+        if (rc != UC_ERR_AGAIN)
+            return UC_OK;
+        /* Drained before the end is read: a cap after the read wakes the poll. */
+        uc_efd_drain(p->efd);
+        long left = close_ms_left(p);
+        if (left == 0)
+            return UC_OK;   /* as libzmq drops what is still queued when linger ends */
+        long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&slice);
+        if (wait == 0)
+            return UC_ERR_AGAIN;
+        if (left > 0 && (wait < 0 || left < wait))
+            wait = left;
+        zmq_pollitem_t items[2] = {
+            {.socket = p->sock, .events = ZMQ_POLLOUT},
+            {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
+        };
+        if (zmq_poll(items, 2, wait) < 0 && errno != EINTR)
+            return UC_OK;
     }
+    return UC_OK;
+}
+
+/* Empty every open batch (mutex held); the messages dropped. */
+static size_t discard_locked(uc_pub *p)
+{
+    if (!p->coalesce)
+        return 0;
+    size_t n = atomic_load_explicit(&p->co.messages, memory_order_relaxed);
+    uc_batch *b;
+    while ((b = uc_coal_oldest(&p->co)) != NULL)
+        uc_batch_clear(&p->co, b);
+    return n;
 }
 
 /* ---- the entry points --------------------------------------------------- */
@@ -684,19 +745,57 @@ void uc_pub_cap_linger(uc_pub *p, int max_ms)
            && !atomic_compare_exchange_weak_explicit(&p->linger_ms, &cur, max_ms,
                                                      memory_order_relaxed, memory_order_relaxed))
         ;
+    /* A close already lingering (flush_at_close) ends by the new end too:
+     * woken to read it.  Before closing, efd must stay quiet (a sender
+     * blocked at the mark polls it and would spin); the close reads
+     * linger_ms when it starts. */
+    lower_deadline(&p->close_until_ns, uc_mono_ns() + (int64_t)max_ms * 1000000);
+    if (atomic_load_explicit(&p->closing, memory_order_relaxed))
+        uc_efd_signal(p->efd);
+}
+
+int uc_pub_close_flush(uc_pub *p, int timeout_ms)
+{
+    if (!p)
+        return UC_ERR_ARG;
+    if (!p->close_started) {
+        p->close_started = 1;
+        uc_pub_shutdown(p);
+        coalesce_close(p);   /* the flusher first: it sleeps on the mutex */
+        int linger_ms = atomic_load_explicit(&p->linger_ms, memory_order_relaxed);
+        if (linger_ms >= 0)
+            lower_deadline(&p->close_until_ns, uc_mono_ns() + (int64_t)linger_ms * 1000000);
+    }
+    if (!p->coalesce)
+        return UC_OK;
+    /* Wait for a sender in progress (the blocked one was just woken). */
+    pthread_mutex_lock(&p->mu);
+    int rc = flush_at_close(p, timeout_ms);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+size_t uc_pub_discard(uc_pub *p)
+{
+    if (!p || !p->coalesce)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    size_t n = discard_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 void uc_pub_close(uc_pub *p)
 {
     if (!p)
         return;
-    uc_pub_shutdown(p);
-    coalesce_close(p);   /* the flusher first: it sleeps on the mutex */
+    uc_pub_close_flush(p, -1);
     /* Wait for a sender in progress (the blocked one was just woken). */
     pthread_mutex_lock(&p->mu);
-    int linger_ms = atomic_load_explicit(&p->linger_ms, memory_order_relaxed);
-    if (p->coalesce)
-        flush_at_close(p, linger_ms);
+    discard_locked(p);
+    /* What the flush left of the linger is libzmq's, for what it queued. */
+    long left = close_ms_left(p);
+    int linger_ms = (int)left;
     uc_bus_sock_closing(p->bus, &p->bs, &(const char *){p->last_endpoint}, 1, linger_ms);
     uc_sock_set_int(p->sock, ZMQ_LINGER, linger_ms);
     zmq_close(p->sock);

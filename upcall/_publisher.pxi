@@ -85,6 +85,15 @@ cdef int _flush_step(object owner, int slice_ms, void *arg) except -1:
     return 1
 
 
+cdef int _close_flush_step(object owner, int slice_ms, void *arg) except -1:
+    """A slice of a close sending its pending coalesced batches (Publisher._close_c)."""
+    cdef uc_pub *c = <uc_pub *>arg
+    cdef int rc
+    with nogil:
+        rc = uc_pub_close_flush(c, slice_ms)
+    return rc != UC_ERR_AGAIN
+
+
 # The most topics a coalescing publisher keeps a batch open for at once
 # (one more sends the oldest batch first).
 cdef enum:
@@ -136,6 +145,8 @@ cdef class Publisher:
     cdef bint _writer_busy   # a send using _w has let the GIL go
     cdef int _in_flight      # sends running without the GIL
     cdef uc_pub *_closing    # closed while sends were in flight: the last one closes
+    cdef uc_pub *_flushing   # being closed, sending its pending batches (see _close_c)
+    cdef bint _linger_cut    # a bus closing by a deadline cut the linger
     cdef int _fork_generation
     cdef long _pid
     cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
@@ -151,14 +162,19 @@ cdef class Publisher:
         _made_here(token, "upcall.Publisher", "Bus.publisher() returns one")
         self._c = NULL
         self._closing = NULL
+        self._flushing = NULL
         self._fork_generation = _fork_generation
         self._pid = os.getpid()
 
     def __del__(self):
         if self._c != NULL and self._fork_generation == _fork_generation:
-            warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
-                          ResourceWarning, source=self)
-            self.close()
+            try:
+                warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
+                              ResourceWarning, source=self)
+            finally:
+                # Even when the warning raises (-W error): __dealloc__'s
+                # close could not let Ctrl-C in.
+                self.close()
 
     def __dealloc__(self):
         cdef uc_pub *c = self._c
@@ -478,8 +494,7 @@ cdef class Publisher:
             if self._in_flight == 0 and self._closing != NULL:
                 c = self._closing
                 self._closing = NULL
-                with nogil:
-                    uc_pub_close(c)
+                self._close_c(c)
         _check_rc(rc, "flush", ms)
         return None
 
@@ -542,8 +557,7 @@ cdef class Publisher:
             if self._in_flight == 0 and self._closing != NULL:
                 c = self._closing
                 self._closing = NULL
-                with nogil:
-                    uc_pub_close(c)
+                self._close_c(c)
         return _check_rc(rc, "send", ms)
 
     def wait_subscriptions(self, n=1, *, timeout=None):
@@ -576,8 +590,7 @@ cdef class Publisher:
             if self._in_flight == 0 and self._closing != NULL:
                 c = self._closing
                 self._closing = NULL
-                with nogil:
-                    uc_pub_close(c)
+                self._close_c(c)
         if not done:
             raise TimeoutError(f"wait_subscriptions: {a.count} of {want} subscriptions "
                                f"after {timeout} s")
@@ -591,30 +604,76 @@ cdef class Publisher:
 
     cdef _close_lingering_at_most(self, int max_ms):
         """close(), lingering at most max_ms (-1: as configured): for a bus
-        closing by a deadline."""
+        closing by a deadline.  A close already under way on another thread
+        (sending its pending batches) is cut to that too."""
         if max_ms >= 0:
-            uc_pub_cap_linger(self._c if self._c != NULL else self._closing, max_ms)
+            self._linger_cut = True
+            uc_pub_cap_linger(self._c if self._c != NULL
+                              else self._closing if self._closing != NULL
+                              else self._flushing, max_ms)
         self.close()
 
+    cdef int _close_c(self, uc_pub *c) except -1:
+        """Close c, on which no send runs any more.  A coalescing publisher
+        first sends its pending batches within its linger, waiting in signal
+        slices as a blocked send does: Ctrl-C raises KeyboardInterrupt from
+        it even with ``linger=None``, and a bus closing by a deadline on
+        another thread cuts the linger (through _flushing).  What is still
+        pending then is discarded, with a warning on the "upcall" logger
+        saying how many messages; the publisher is closed either way."""
+        cdef size_t n
+        endpoint = uc_pub_last_endpoint(c).decode("utf-8", "replace") or self.endpoint
+        why = "its linger ended"
+        self._flushing = c
+        try:
+            _in_signal_slices(self, _close_flush_step, <void *>c, -1)
+        except BaseException as exc:
+            why = f"the close was interrupted ({type(exc).__name__})"
+            raise
+        finally:
+            # Under the GIL, before the free: a bus closing on another thread
+            # reads _flushing with the GIL held.
+            self._flushing = NULL
+            n = uc_pub_discard(c)
+            if self._linger_cut and why == "its linger ended":
+                why = "the close of its bus by a deadline cut its linger"
+            with nogil:
+                uc_pub_close(c)
+            if n:
+                _log.warning("upcall: publisher %s closed with %d coalesced message(s) "
+                             "not sent (%s): discarded", endpoint, n, why,
+                             extra={"publisher": endpoint, "discarded": n})
+        return 0
+
     def close(self):
-        """Close the socket; pending messages linger up to the publisher's ``linger``."""
+        """Close the socket; pending messages linger up to the publisher's ``linger``.
+
+        A coalescing publisher sends its pending batches first, within that
+        linger; the wait lets Ctrl-C in (KeyboardInterrupt, even with
+        ``linger=None``), and a bus closed with a ``timeout`` meanwhile cuts
+        it.  Batches still pending then are discarded, with a warning on
+        the "upcall" logger saying how many messages (``extra``:
+        ``discarded``); the publisher is closed either way."""
         cdef uc_pub *c = self._c
         if self._fork_generation != _fork_generation:
             raise _inherited_error("Publisher", self._pid)
         if c == NULL:
             return
         self._c = NULL
-        _drain_releases()
-        if self._in_flight:
-            # Other threads are sending on it right now: wake the blocked ones
-            # (they raise), and the last one out frees it.
-            uc_pub_shutdown(c)
-            self._closing = c
-        else:
-            with nogil:
-                uc_pub_close(c)
-        if self._bus is not None:
-            self._bus._forget(self)
+        try:
+            _drain_releases()
+        finally:
+            try:
+                if self._in_flight:
+                    # Other threads are sending on it right now: wake the blocked
+                    # ones (they raise), and the last one out frees it.
+                    uc_pub_shutdown(c)
+                    self._closing = c
+                else:
+                    self._close_c(c)
+            finally:
+                if self._bus is not None:
+                    self._bus._forget(self)
 
     def __enter__(self):
         if self._fork_generation != _fork_generation:

@@ -246,6 +246,63 @@ static int test_pending_never_waits(void)
 
 typedef struct {
     uc_pub *p;
+    atomic_int done;
+} closer;
+
+static void *close_thread(void *arg)
+{
+    closer *c = arg;
+    uc_pub_close(c->p);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* A close whose batch waits for a peer that never comes, with no limit
+ * (linger -1): in steps, each comes back when its time is up and the batch
+ * can be dropped; in one piece (uc_pub_close), uc_pub_cap_linger from
+ * another thread (a bus closing by a deadline) ends it. */
+static int test_close_waiting_for_a_peer(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    int err;
+    uc_pub_opts po = coal_opts(ep, -1, 4);
+    po.bind = 1;
+    po.linger_ms = -1;
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(coal(p, "\x01"), UC_OK);
+    CHECK_EQ(coal(p, "\x02"), UC_OK);
+    CHECK_EQ(uc_pub_close_flush(p, 0), UC_ERR_AGAIN);
+    CHECK_EQ(uc_pub_close_flush(p, 20), UC_ERR_AGAIN);
+    CHECK_EQ(coal(p, "\x03"), UC_ERR_CLOSED);       /* shut down by the first step */
+    CHECK_EQ(uc_pub_pending(p), 2);
+    CHECK_EQ(uc_pub_discard(p), 2);
+    CHECK_EQ(uc_pub_pending(p), 0);
+    CHECK_EQ(uc_pub_close_flush(p, -1), UC_OK);      /* nothing left: no wait */
+    uc_pub_close(p);
+
+    bind_ep(T_INPROC, ep, sizeof ep);
+    po = coal_opts(ep, -1, 4);
+    po.bind = 1;
+    po.linger_ms = -1;
+    p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(coal(p, "\x01"), UC_OK);
+    closer c = {.p = p};
+    atomic_init(&c.done, 0);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, close_thread, &c), 0);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);     /* most likely waiting by now; ends either way */
+    uc_pub_cap_linger(p, 0);     /* before the close frees p: it cannot end without */
+    CHECK(wait_atomic(&c.done, 1));
+    pthread_join(t, NULL);
+    return 0;
+}
+
+typedef struct {
+    uc_pub *p;
     int n, rc;
 } csender;
 
@@ -301,6 +358,7 @@ int main(void)
     run("flusher_sends_by_itself", test_flusher_sends_by_itself);
     run("arguments", test_arguments);
     run("pending_never_waits", test_pending_never_waits);
+    run("close_waiting_for_a_peer", test_close_waiting_for_a_peer);
     run("concurrent_senders", test_concurrent_senders);
     if (fixtures_teardown() != 0)
         g_failed++;

@@ -159,6 +159,8 @@ cdef extern from "bus.h" nogil:
     size_t uc_pub_pending(uc_pub *pub)
     void uc_pub_shutdown(uc_pub *pub)
     void uc_pub_cap_linger(uc_pub *pub, int max_ms)
+    int uc_pub_close_flush(uc_pub *pub, int timeout_ms)
+    size_t uc_pub_discard(uc_pub *pub)
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)
 
