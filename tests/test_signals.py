@@ -170,3 +170,21 @@ def test_wait_raises_keyboard_interrupt_for_a_signal_the_main_thread_did_not_tak
             out, err = proc.communicate()
     assert out.strip() == "interrupted", f"status {proc.returncode}\n{out}\n{err}"
     assert proc.returncode == 0, err
+
+
+def test_the_subscriber_example_ends_on_ctrl_c():
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "examples", "subscriber.py")
+    proc = subprocess.Popen([sys.executable, example, "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=script_env(PYTHONFAULTHANDLER="1"), cwd=tempfile.gettempdir())
+    try:
+        assert proc.stdout.readline().strip() == "tick 0"     # delivery runs
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate()
+    assert out.splitlines()[-1:] == ["interrupted"], f"status {proc.returncode}\n{out}\n{err}"
+    assert proc.returncode == 0 and err == "", err
