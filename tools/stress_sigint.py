@@ -11,7 +11,7 @@ processes (started and stopped here) keep both cores busy, which is what
 widens the window in which a signal can be lost.
 
     tools/stress_sigint.py [--runs 200] [--python PY ...] [--mode M ...]
-                           [--wait bus|event] [--load 2]
+                           [--wait bus|event] [--load 2] [--deadline 10]
 
 One summary line per Python and mode; the exit status is 1 if any run
 misbehaved.  ``--wait event`` waits in ``threading.Event().wait()`` instead,
@@ -101,7 +101,7 @@ def hog():
                             cwd=tempfile.gettempdir())
 
 
-def one_run(python, mode, how):
+def one_run(python, mode, how, deadline=DEADLINE):
     """None if the run behaved, else what went wrong."""
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     # cwd outside the source tree: `-c` puts the cwd first on sys.path.
@@ -124,7 +124,7 @@ def one_run(python, mode, how):
             return f"not ready: status {proc.poll()}"
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(DEADLINE)
+            proc.wait(deadline)
         except subprocess.TimeoutExpired:
             # faulthandler prints every thread's stack on SIGABRT.
             proc.send_signal(signal.SIGABRT)
@@ -134,7 +134,7 @@ def one_run(python, mode, how):
                 proc.kill()
                 proc.wait()
             err = proc.stderr.read()
-            return f"no exit within {DEADLINE} s after SIGINT\n{err[-3000:]}"
+            return f"no exit within {deadline} s after SIGINT\n{err[-3000:]}"
         err = proc.stderr.read()
         if proc.returncode != -signal.SIGINT or "KeyboardInterrupt" not in err:
             return f"status {proc.returncode}\n{err[-3000:]}"
@@ -162,11 +162,18 @@ def main():
     ap.add_argument("--wait", choices=("bus", "event"), default="bus",
                     help="bus: bus.wait() (documented); event: threading.Event().wait()")
     ap.add_argument("--load", type=int, default=2, help="CPU-bound processes kept busy")
+    ap.add_argument("--deadline", type=float, default=DEADLINE,
+                    help="seconds from SIGINT to the end of the run")
     ap.add_argument("--show", type=int, default=3, help="failures printed in full per mode")
     args = ap.parse_args()
     pythons = args.python or [sys.executable]
     modes = args.mode or list(MODES)
 
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started in the background by a shell: SIGINT is ignored, and an
+        # ignored signal stays ignored across exec, in every child.  A
+        # handler of our own is reset to the default in them instead.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     hogs = [hog() for _ in range(args.load)]
     bad_total = 0
     try:
@@ -176,7 +183,7 @@ def main():
                 bad = 0
                 t0 = time.monotonic()
                 for i in range(args.runs):
-                    problem = one_run(python, mode, args.wait)
+                    problem = one_run(python, mode, args.wait, args.deadline)
                     if problem is not None:
                         bad += 1
                         if bad <= args.show:
