@@ -21,9 +21,9 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_endpoints.py tests/test_logging.py tests/test_thread_names.py \
                 tests/test_readiness.py tests/test_oob.py tests/test_decoder.py \
                 tests/test_compression.py tests/test_coalesce_rx.py tests/test_coalesce_tx.py \
-                tests/test_coalesce_close.py
+                tests/test_coalesce_close.py tests/test_signals.py
 
-.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
 
 all: build
 
@@ -81,6 +81,23 @@ test-threads-all: build
 	  $$env/bin/python -m pip install -q ".[test]" || exit 1; \
 	  $$env/bin/pytest -q -p no:cacheprovider $(wildcard $(THREAD_TESTS)) || exit 1; \
 	done
+
+# Ctrl-C while delivery runs, STRESS_RUNS times in a row (default 200) per
+# CPython (this .venv and every other one test-threads-all uses) and delivery
+# mode, under CPU load: tools/stress_sigint.py starts two CPU-bound processes
+# for the whole run and stops them. Not part of `make test` (minutes).
+STRESS_RUNS ?= 200
+stress-sigint: build
+	@pys="--python $(abspath $(PY))"; \
+	for py in $(OTHER_PYTHONS); do \
+	  v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  env=.venv-$$v; \
+	  [ -x $$env/bin/python ] || $$py -m venv $$env || exit 1; \
+	  $$env/bin/python -m pip install -q --upgrade pip || exit 1; \
+	  $$env/bin/python -m pip install -q ".[test]" || exit 1; \
+	  pys="$$pys --python $(CURDIR)/$$env/bin/python"; \
+	done; \
+	$(PY) tools/stress_sigint.py --runs $(STRESS_RUNS) $$pys
 
 bench: build
 	$(PY) bench_upcalls.py $(BENCH_ARGS)

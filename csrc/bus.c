@@ -200,20 +200,16 @@ static void *terminator_main(void *arg)
 }
 
 /* Terminate on a detached thread of its own; nonzero if none could be made.
- * The thread blocks every signal: they belong to the application's threads
- * (Python runs its handlers on the main thread). */
+ * The thread blocks asynchronous signals: they belong to the application's
+ * threads (Python runs its handlers on the main thread). */
 static int start_terminator(uc_bus *bus)
 {
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0)
         return -1;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t t;
-    int rc = pthread_create(&t, &attr, terminator_main, bus);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = uc_thread_create(&t, &attr, terminator_main, bus);
     pthread_attr_destroy(&attr);
     return rc;
 }

@@ -100,7 +100,7 @@ static int coalesce_open(uc_pub *p, const uc_pub_opts *o)
     p->max_delay_ns = o->max_delay_us < 0 ? -1 : (int64_t)o->max_delay_us * 1000;
     int e = uc_cond_init_monotonic(&p->cv);
     if (e == 0 && p->max_delay_ns >= 0) {
-        e = pthread_create(&p->flusher, NULL, flusher_main, p);
+        e = uc_thread_create(&p->flusher, NULL, flusher_main, p);
         if (e != 0)
             pthread_cond_destroy(&p->cv);
         p->has_flusher = e == 0;

@@ -1,5 +1,7 @@
-/* The default thread factory (bus.h): a detached pthread per loop. */
+/* The default thread factory (bus.h): a detached pthread per loop, with
+ * asynchronous signals blocked (util.h, uc_thread_create). */
 #include "bus.h"
+#include "util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -34,7 +36,7 @@ int uc_start_pthread(void *factory_ctx, void (*entry)(void *), void *arg)
     }
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t t;
-    rc = pthread_create(&t, &attr, pthread_trampoline, box);
+    rc = uc_thread_create(&t, &attr, pthread_trampoline, box);
     pthread_attr_destroy(&attr);
     if (rc)
         free(box);

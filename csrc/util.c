@@ -80,6 +80,23 @@ int uc_cond_init_monotonic(pthread_cond_t *cv)
 
 /* ---- eventfd ---------------------------------------------------------- */
 
+int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
+                     void *(*fn)(void *), void *arg)
+{
+    /* Blocked in the creator around pthread_create, so that the thread
+     * inherits the mask from its first instruction: a signal can never land
+     * on it before it would have blocked signals itself. */
+    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    sigset_t blocked, old;
+    sigfillset(&blocked);
+    for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
+        sigdelset(&blocked, synchronous[i]);
+    pthread_sigmask(SIG_SETMASK, &blocked, &old);
+    int rc = pthread_create(t, attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 void uc_efd_signal(int fd)
 {
     uint64_t one = 1;

@@ -5,6 +5,7 @@
 #define UPCALL_UTIL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -24,6 +25,17 @@ int64_t uc_mono_ns(void);
  * otherwise; a wall-clock jump must not shorten or stretch a close.  0 or
  * an errno value. */
 int uc_cond_init_monotonic(pthread_cond_t *cv);
+
+/* ---- threads --------------------------------------------------------- */
+
+/* pthread_create, the new thread born with every asynchronous signal
+ * blocked (SIGINT, SIGTERM, ...; the synchronous ones a fault raises stay
+ * open), as libzmq's own threads are: a signal sent to the process is then
+ * taken by one of the application's threads (Python runs its handlers on
+ * the main thread, woken by the signal).  The caller's mask is unchanged.
+ * 0 or an errno value. */
+int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
+                     void *(*fn)(void *), void *arg);
 
 /* ---- eventfd ---------------------------------------------------------- */
 

@@ -38,6 +38,12 @@ EXPECTED = {
         "encoder=: {'order_id': '00000000-0000-0000-0000-00000000002a', 'px': 187.25, 'qty': 40}"
         if _has("msgspec") else "encoder=: msgspec is not installed, skipped",
     ],
+    "subscriber.py": [
+        "tick 0",
+        "tick 1",
+        "tick 2",
+        "the bus was closed",
+    ],
     "typed_messages.py": [
         "typed: trades.AAPL Trade(sym='AAPL', px=187.25, qty=100)",
         "typed: trades.MSFT Trade(sym='MSFT', px=411.5, qty=20)",

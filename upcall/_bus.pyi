@@ -233,6 +233,10 @@ class Bus:
         max_batch: int = ...,
         max_bytes: int = ...,
     ) -> Publisher: ...
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the bus is closed; False after timeout.  Ctrl-C raises
+        KeyboardInterrupt here, however close to the wait it came (the wait
+        runs in slices of at most 200 ms, signal handlers run in between)."""
     def close(self, timeout: float | None = None) -> None: ...
     def __enter__(self) -> Bus: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,

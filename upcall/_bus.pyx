@@ -374,6 +374,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
+    cdef object _closing          # threading.Event, set by close(): what wait() waits for
     cdef int _fork_generation
     cdef long _pid
     cdef object __weakref__
@@ -382,6 +383,7 @@ A zmq context and every subscription and publisher opened on it.
         self._c = NULL
         self._fork_generation = _fork_generation
         self._pid = os.getpid()
+        self._closing = threading.Event()
 
     def __init__(self, io_threads=1, thread_factory=None, max_sockets=None):
         cdef int err = 0
@@ -815,6 +817,31 @@ A zmq context and every subscription and publisher opened on it.
         self._subs.discard(obj)
         self._pubs.discard(obj)
 
+    def wait(self, timeout=None):
+        """Wait until the bus is closed (by another thread, a target, or at
+        exit); True if it is, False once ``timeout`` seconds (None: no limit)
+        have passed.
+
+        The way for a program that only subscribes to wait for Ctrl-C: the
+        wait runs in slices of at most 200 ms with the signal handlers run in
+        between, so KeyboardInterrupt is raised here even for a signal that
+        landed just before the wait began, which ``threading.Event().wait()``
+        or ``signal.pause()`` can miss (CPython runs the handler, then goes
+        to sleep with nothing left to wake it).
+        """
+        cdef int total_ms = _timeout_ms(timeout, "timeout")
+        self._check_process()
+        deadline = None if total_ms < 0 else time.monotonic() + total_ms / 1000.0
+        while True:
+            slice_s = _SIGNAL_SLICE_MS / 1000.0
+            if deadline is not None:
+                slice_s = min(slice_s, max(0.0, deadline - time.monotonic()))
+            if self._closing.wait(slice_s):
+                return True
+            PyErr_CheckSignals()
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._closing.is_set()
+
     def close(self, timeout=None):
         """Close every subscription and publisher, then the zmq context.
 
@@ -838,6 +865,7 @@ A zmq context and every subscription and publisher opened on it.
             return
         deadline = None if total_ms < 0 else time.monotonic() + total_ms / 1000.0
         self._closed = True
+        self._closing.set()
         uc_bus_shutdown(c)
         subs = list(self._subs)
         for sub in subs:
