@@ -324,7 +324,9 @@ int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken)
     size_t took = n;
     /* Relaxed: statistics, not synchronisation. */
     atomic_fetch_add_explicit(&s->stats[UC_STAT_BATCHES], 1, memory_order_relaxed);
+    uc_thread_enter_user();
     int verdict = s->deliver(s->ctx, batch, n, &took);
+    uc_thread_leave_user();
     *taken = took < n ? took : n;
     if (verdict == UC_DELIVER_MORE || verdict == UC_DELIVER_PAUSE)
         return verdict;

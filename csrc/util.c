@@ -5,6 +5,7 @@
 #include "bus.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -78,24 +79,69 @@ int uc_cond_init_monotonic(pthread_cond_t *cv)
     return rc;
 }
 
-/* ---- eventfd ---------------------------------------------------------- */
+/* ---- threads ---------------------------------------------------------- */
+
+/* What a thread uc_thread_create made knows of its masks: the one its core
+ * code runs with (asynchronous signals blocked) and its creator's, which the
+ * application's code runs with (uc_thread_enter_user). */
+static _Thread_local struct {
+    int made;
+    sigset_t core, user;
+} uc_thread_masks;
+
+typedef struct {
+    void *(*fn)(void *);
+    void *arg;
+    sigset_t user;
+} thread_box;
+
+static void *thread_start(void *p)
+{
+    thread_box box = *(thread_box *)p;
+    free(p);
+    uc_thread_masks.user = box.user;
+    pthread_sigmask(SIG_BLOCK, NULL, &uc_thread_masks.core);
+    uc_thread_masks.made = 1;
+    return box.fn(box.arg);
+}
 
 int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
                      void *(*fn)(void *), void *arg)
 {
+    thread_box *box = malloc(sizeof *box);
+    if (!box)
+        return ENOMEM;
+    box->fn = fn;
+    box->arg = arg;
     /* Blocked in the creator around pthread_create, so that the thread
      * inherits the mask from its first instruction: a signal can never land
      * on it before it would have blocked signals itself. */
     static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
-    sigset_t blocked, old;
+    sigset_t blocked;
     sigfillset(&blocked);
     for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
         sigdelset(&blocked, synchronous[i]);
-    pthread_sigmask(SIG_SETMASK, &blocked, &old);
-    int rc = pthread_create(t, attr, fn, arg);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_sigmask(SIG_SETMASK, &blocked, &box->user);
+    int rc = pthread_create(t, attr, thread_start, box);
+    pthread_sigmask(SIG_SETMASK, &box->user, NULL);
+    if (rc)
+        free(box);
     return rc;
 }
+
+void uc_thread_enter_user(void)
+{
+    if (uc_thread_masks.made)
+        pthread_sigmask(SIG_SETMASK, &uc_thread_masks.user, NULL);
+}
+
+void uc_thread_leave_user(void)
+{
+    if (uc_thread_masks.made)
+        pthread_sigmask(SIG_SETMASK, &uc_thread_masks.core, NULL);
+}
+
+/* ---- eventfd ---------------------------------------------------------- */
 
 void uc_efd_signal(int fd)
 {

@@ -37,6 +37,14 @@ int uc_cond_init_monotonic(pthread_cond_t *cv);
 int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
                      void *(*fn)(void *), void *arg);
 
+/* Around the application's code run on a thread uc_thread_create made (a
+ * delivery target: Python code that may start processes and threads, which
+ * inherit the mask): the creator's signal mask while it runs, asynchronous
+ * signals blocked again after.  No-ops on any other thread.  Two system
+ * calls on such a thread: call them once per batch, not per message. */
+void uc_thread_enter_user(void);
+void uc_thread_leave_user(void);
+
 /* ---- eventfd ---------------------------------------------------------- */
 
 /* Make the (non-blocking) eventfd readable; a saturated counter is fine. */

@@ -81,9 +81,40 @@ def test_native_delivery_thread_blocks_asynchronous_signals():
         tid = tids.get(timeout=30)
         assert tid != threading.get_native_id()
         assert tid in threads_named("upcall-"), "the delivery thread is the core's own"
+        # Back in the core, waiting for the next batch, it blocks them again.
+        wait_for(lambda: set(ASYNCHRONOUS) <= blocked(tid),
+                 what="the delivery thread blocking signals between batches")
         assert_blocks_asynchronous_signals(tid, f"delivery thread {sub.thread_name}")
     # Making it left the subscribing thread's own mask as it was.
     assert blocked(threading.get_native_id()) == before
+
+
+def test_a_native_target_runs_with_the_subscribers_mask_and_its_children_can_be_stopped():
+    # The core's mask is for the core's own code: a target is application
+    # code, and what it starts (a process, a thread) inherits the mask it runs
+    # with.  A child born with SIGTERM and SIGINT blocked would ignore
+    # terminate() and Ctrl-C.
+    before = blocked(threading.get_native_id())
+    seen = queue.Queue()
+
+    def target(msg):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 cwd=tempfile.gettempdir())
+        seen.put((blocked(threading.get_native_id()), child))
+
+    with upcall.Bus() as bus:
+        pub = bus.publisher("inproc://mask-target", kind="push")
+        bus.subscribe("inproc://mask-target", target, kind="pull")
+        pub.send(b"t", 1)
+        mask, child = seen.get(timeout=30)
+    try:
+        assert mask == before, "the target runs with the mask of the thread that subscribed"
+        child.terminate()
+        assert child.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def test_coalescing_flusher_thread_blocks_asynchronous_signals():
