@@ -25,7 +25,7 @@ from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memmove, memset, strncpy
+from libc.string cimport memcmp, memmove, memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
@@ -618,7 +618,8 @@ A zmq context and every subscription and publisher opened on it.
         sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)
         sub._copy = copy
-        sub._max_oob_size = <uint64_t>mms if mms >= 0 else UC_LZ4_MAX_INPUT
+        sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
+        sub._max_size_given = mms >= 0
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
         sub._pull = kind == "pull"

@@ -46,6 +46,10 @@ COMPRESSION = ("lz4",) if uc_lz4_available() else ()
 DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
 MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
+#: Bytes the compressed out-of-band frames of one message may decompress to,
+#: in all, for a subscription given no ``max_message_size`` (docs/security.md).
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+cdef uint64_t _DEFAULT_MAX_DECOMPRESSED = DEFAULT_MAX_DECOMPRESSED
 
 # One queue for the process, never freed: a peer (an inproc subscriber
 # keeping a view) may hold a frame for as long as it likes.
@@ -197,16 +201,48 @@ cdef class _Inflated:
 cdef struct _oob_ctx:
     # The decoder's context for a message's out-of-band frames.
     const uc_msg *m
-    uint64_t max_size       # larger decompressed sizes are refused
+    # The size limit of the message once decompressed (_oob_size_limit):
+    # `limit` bytes in all, `left` of them not taken yet by the frames
+    # resolved so far.  With max_message_size (`whole`), the payload and the
+    # raw frames count too; without, only what decompression allocates.
+    uint64_t limit
+    uint64_t left
+    bint whole
 
 
-cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
+cdef inline void _oob_size_limit(_oob_ctx *c, const uc_msg *m, uint64_t max_message_size,
+                                 bint given):
+    c.m = m
+    c.whole = given
+    c.limit = max_message_size if given else _DEFAULT_MAX_DECOMPRESSED
+    c.left = c.limit
+    if given:
+        c.left = c.limit - m.payload.size if m.payload.size < c.limit else 0
+
+
+cdef int _oob_take(_oob_ctx *c, uint64_t size) except -1:
+    """Count size bytes of the message against its limit, before anything
+    is allocated for them: DecodeError (reason "message_size") past it."""
+    if size <= c.left:
+        c.left -= size
+        return 0
+    at_least = c.limit - c.left + size
+    if c.whole:
+        why = f"over the subscription's max_message_size={c.limit}"
+    else:
+        why = (f"over the {c.limit} bytes of decompressed out-of-band frames a message may "
+               "take by default (subscribe(max_message_size=...) sets the limit)")
+    raise DecodeError(f"message refused: it would take at least {at_least} bytes once its "
+                      f"out-of-band frames are decompressed, {why}", None, "message_size")
+
+
+cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
     """The i-th frame decompressed: a memoryview over one allocation, or
     bytes (copy); with *err set (and None) when it cannot be: this build has
     no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
-    size LZ4 cannot reach from the frame's length, or over the
-    subscription's max_message_size, is refused before anything is
-    allocated)."""
+    size LZ4 cannot reach from the frame's length is refused before
+    anything is allocated, and so is one past the message's size limit:
+    DecodeError, _oob_take)."""
     cdef const uc_frame *f = &c.m.extra[i]
     cdef _Inflated v
     cdef char *dst
@@ -214,9 +250,10 @@ cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy,
     if not uc_lz4_available():
         err[0] = _ERR_OOB_CODEC
         return None
-    if size > c.max_size or size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
+    if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
         err[0] = _ERR_OOB_DECOMPRESS
         return None
+    _oob_take(c, size)
     if copy:
         out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
         dst = PyBytes_AS_STRING(out)
@@ -240,13 +277,15 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
     memoryview over the zmq frame itself, or over a copy for a source without
     zmq frames, or over its decompressed bytes (flags: _OOB_LZ4)."""
-    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
     cdef int rc
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, False, err)
+    if c.whole:
+        _oob_take(c, m.extra[i].size)
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
     if rc == UC_OK:
         f = _HeldFrame.__new__(_HeldFrame)
@@ -259,10 +298,12 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
 
 cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
     """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
-    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, True, err)
+    if c.whole:
+        _oob_take(c, m.extra[i].size)
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
 
 
