@@ -585,3 +585,58 @@ def test_decoding_leaves_the_collector_to_the_application(zctx, endpoints, mode)
         if watcher.is_alive():
             watcher.join(DEADLINE)
         gc.enable()
+
+
+# ---- the command line ---------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [None, 200_000])
+def test_upcall_listen_bounds_what_a_message_decompresses_to(zctx, endpoints, tmp_path, limit):
+    """`upcall listen` has the default bound, and --max-message-size sets
+    another: a message over it is skipped with one line naming the reason,
+    and the next one is printed."""
+    import json
+    import subprocess
+    import sys
+    from helpers import script_env
+    ep = endpoints("ipc")
+    args = ["--max-message-size", str(limit)] if limit else []
+    proc = subprocess.Popen([sys.executable, "-m", "upcall", "listen", ep, "--bind", "--kind",
+                             "pull", "--count", "1", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=script_env(), cwd=tmp_path)
+    try:
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(ep)
+        if limit:
+            # Each frame is small on the wire and within the limit once
+            # decompressed; the two together are not.
+            block = lz4_block.compress(TEXT[:150_000], store_size=False)
+            push.send_multipart([b"big", msgpack.packb([_ref(2, 150_000, flags=1),
+                                                        _ref(3, 150_000, flags=1)]),
+                                 block, block])
+        else:
+            push.send_multipart([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]),
+                                 _ZERO_BLOCK])
+        push.send_multipart([b"next", msgpack.packb(1)])
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"topic": "next", "payload": 1}
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("upcall listen: message skipped: "), err
+    assert "b'big'" in lines[0] and "Traceback" not in err
+    assert (f"max_message_size={limit}" if limit else f"{DEFAULT_BOUND} bytes") in lines[0]
+
+
+def test_upcall_listen_refuses_a_bad_max_message_size(tmp_path):
+    import subprocess
+    import sys
+    from helpers import script_env
+    proc = subprocess.run([sys.executable, "-m", "upcall", "listen", "ipc:///nowhere",
+                           "--max-message-size", "0"], capture_output=True, text=True,
+                          env=script_env(), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "--max-message-size: must be at least 1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
