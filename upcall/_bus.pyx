@@ -494,9 +494,12 @@ A zmq context and every subscription and publisher opened on it.
         (no thread: call ``poll()``).  ``on_error(exc, msg)`` receives
         exceptions raised by the target and decode errors (default:
         sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
-        limit).  ``max_message_size``: bytes; larger messages are refused by
-        libzmq (ZMQ_MAXMSGSIZE), and so are out-of-band values that would
-        decompress past it (a decode error).
+        limit).  ``max_message_size``: bytes; a larger frame is refused by
+        libzmq (ZMQ_MAXMSGSIZE), and a message that would take more once its
+        out-of-band frames are decompressed (payload and frames together) is
+        a decode error, reason "message_size", before it is allocated; None:
+        no limit on frames, and at most DEFAULT_MAX_DECOMPRESSED bytes of
+        decompressed frames per message.
         CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
