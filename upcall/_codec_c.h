@@ -119,14 +119,14 @@ typedef struct ucd_ctx {
  * collection run in the middle of a decode cannot free anything it built,
  * yet on a large document the collector would walk the growing tree again
  * and again: decoding 1-10 MB of small maps took 3-5 times as long with the
- * collector on (PERF.md).  So a large decode turns the collector off, only
- * while nothing but this code runs: the collector's state is the
- * interpreter's, and a thread running while it is off (the GIL released)
- * would see it off, and a gc.disable() it made then would be undone by the
- * decoder's PyGC_Enable.  So it is turned back on before anything that may
+ * collector on (docs/codec.md).  So a large decode turns the collector off,
+ * but only while nothing but this C code runs: the collector's state is the
+ * interpreter's, so a thread running while it is off (the GIL released)
+ * would see it off, and a gc.disable() made then would be undone by the
+ * decoder's PyGC_Enable.  It is turned back on before anything that may
  * release the GIL or run Python code (an out-of-band value's `make`, which
- * decompresses without the GIL), and only if it was on when this decode
- * turned it off. */
+ * decompresses without the GIL, or raises), and off again afterwards only
+ * if it is still on; it is turned on only by the decode that turned it off. */
 static inline void ucd_gc_defer(ucd_ctx *c) {
 #if PY_VERSION_HEX >= 0x030A0000
     c->gc_deferred = PyGC_Disable();
