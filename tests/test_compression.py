@@ -394,9 +394,11 @@ def test_default_settings_refuse_a_frame_that_expands_past_the_bound(zctx, endpo
                                                   [b"t", GOOD], copy=copy)
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
+    assert f"at least {OVER_DEFAULT} bytes" in str(errors[0])
     assert f"{DEFAULT_BOUND} bytes" in str(errors[0])
     assert "max_message_size" in str(errors[0])
     assert errors[0].topic == b"t"
+    assert errors[0].offset == 1          # the reference, inside the one-element array
     assert stats["decode_errors"] == 1
     _wait_released()
 
@@ -414,6 +416,9 @@ def test_default_bound_is_for_the_sum_of_the_frames(zctx, endpoints, mode):
                                                   [b"t", GOOD])
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
+    # The 14th reference (each 18 bytes, after the array's 1-byte header).
+    assert errors[0].offset == 1 + 13 * 18
+    assert f"at least {part * 14} bytes" in str(errors[0])
     assert stats["decode_errors"] == 1
     _wait_released()
 

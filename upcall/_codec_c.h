@@ -47,6 +47,7 @@ enum {
     UCD_ERR_COALESCED = 117,   /* a payload that is an ext 127 (coalesced) value */
     UCD_ERR_OOB_CODEC = 120,   /* a compressed frame, and this build cannot decompress */
     UCD_ERR_OOB_DECOMPRESS = 121, /* a compressed frame that does not decompress to size */
+    UCD_ERR_MSG_SIZE = 122,    /* the message would grow past its size limit (decompressed) */
     UCD_ERR_PYTHON = 199       /* a Python exception is set (MemoryError...) */
 };
 

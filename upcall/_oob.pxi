@@ -37,6 +37,7 @@ cdef enum:
     _OOB_LZ4 = 1
     _ERR_OOB_CODEC = 120
     _ERR_OOB_DECOMPRESS = 121
+    _ERR_MSG_SIZE = 122
 
 #: The codecs ``publisher(compression=...)`` takes in this build: ("lz4",)
 #: when upcall was built with liblz4, else ().
@@ -207,6 +208,7 @@ cdef struct _oob_ctx:
     # raw frames count too; without, only what decompression allocates.
     uint64_t limit
     uint64_t left
+    uint64_t refused        # the size the message would have reached, once refused
     bint whole
 
 
@@ -216,24 +218,34 @@ cdef inline void _oob_size_limit(_oob_ctx *c, const uc_msg *m, uint64_t max_mess
     c.whole = given
     c.limit = max_message_size if given else _DEFAULT_MAX_DECOMPRESSED
     c.left = c.limit
+    c.refused = 0
     if given:
         c.left = c.limit - m.payload.size if m.payload.size < c.limit else 0
 
 
-cdef int _oob_take(_oob_ctx *c, uint64_t size) except -1:
+cdef inline bint _oob_take(_oob_ctx *c, uint64_t size, int *err) noexcept:
     """Count size bytes of the message against its limit, before anything
-    is allocated for them: DecodeError (reason "message_size") past it."""
+    is allocated for them; past it, False with *err set (a decode error,
+    reason "message_size", which _oob_explain words)."""
     if size <= c.left:
         c.left -= size
-        return 0
-    at_least = c.limit - c.left + size
+        return True
+    c.refused = c.limit - c.left + size
+    err[0] = _ERR_MSG_SIZE
+    return False
+
+
+cdef int _oob_explain(object exc, const _oob_ctx *c) except -1:
+    """The limit and the size in the text of a "message_size" decode error."""
     if c.whole:
         why = f"over the subscription's max_message_size={c.limit}"
     else:
         why = (f"over the {c.limit} bytes of decompressed out-of-band frames a message may "
                "take by default (subscribe(max_message_size=...) sets the limit)")
-    raise DecodeError(f"message refused: it would take at least {at_least} bytes once its "
-                      f"out-of-band frames are decompressed, {why}", None, "message_size")
+    exc.args = (f"msgpack decode error at byte {exc.offset}: message refused: it would take "
+                f"at least {c.refused} bytes once its out-of-band frames are decompressed, "
+                f"{why}",)
+    return 0
 
 
 cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
@@ -241,8 +253,8 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *
     bytes (copy); with *err set (and None) when it cannot be: this build has
     no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
     size LZ4 cannot reach from the frame's length is refused before
-    anything is allocated, and so is one past the message's size limit:
-    DecodeError, _oob_take)."""
+    anything is allocated, and so is one past the message's size limit,
+    _oob_take)."""
     cdef const uc_frame *f = &c.m.extra[i]
     cdef _Inflated v
     cdef char *dst
@@ -253,7 +265,8 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *
     if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
         err[0] = _ERR_OOB_DECOMPRESS
         return None
-    _oob_take(c, size)
+    if not _oob_take(c, size, err):
+        return None
     if copy:
         out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
         dst = PyBytes_AS_STRING(out)
@@ -284,8 +297,8 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     cdef int rc
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, False, err)
-    if c.whole:
-        _oob_take(c, m.extra[i].size)
+    if c.whole and not _oob_take(c, m.extra[i].size, err):
+        return None
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
     if rc == UC_OK:
         f = _HeldFrame.__new__(_HeldFrame)
@@ -302,8 +315,8 @@ cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
     cdef const uc_msg *m = c.m
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, True, err)
-    if c.whole:
-        _oob_take(c, m.extra[i].size)
+    if c.whole and not _oob_take(c, m.extra[i].size, err):
+        return None
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
 
 
