@@ -117,7 +117,9 @@ class DecodeError(UpcallError, ValueError):
     length, depth, timestamp, trailing, utf8, unhashable_key, max_len,
     timestamp_range, frames, decoder (an exception from a subscription's
     ``decoder=``, kept as ``__cause__``), oob_decoder (out-of-band frames
-    for a ``decoder=`` or ``raw=True`` subscription), the oob_* ones; ``topic`` the topic of the message that did not
+    for a ``decoder=`` or ``raw=True`` subscription), the oob_* ones,
+    message_size (a message over its size limit once its out-of-band frames
+    are decompressed, docs/security.md); ``topic`` the topic of the message that did not
     decode (None from unpackb() and Decoder.decode()).
     """
     __module__ = "upcall"
