@@ -120,12 +120,18 @@ class _Times:
         return {"rate": rate, "received": len(t), "size": size}
 
 
+# The payloads here (up to 1000 MB, lz4-compressed in the compression rows)
+# are over what a subscription decompresses by default
+# (upcall.DEFAULT_MAX_DECOMPRESSED): a subscriber expecting them says so.
+MAX_MESSAGE_SIZE = 1 << 31
+
+
 def _upcall_sub(bus, ep, times, bind=True):
     import upcall  # noqa: F401
 
     def on(msg):
         times(len(msg["blob"]))
-    return bus.subscribe(ep, on, kind="pull", bind=bind)
+    return bus.subscribe(ep, on, kind="pull", bind=bind, max_message_size=MAX_MESSAGE_SIZE)
 
 
 def _pyzmq_sub(ctx, ep, times, impl, stop):

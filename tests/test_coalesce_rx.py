@@ -453,3 +453,73 @@ def test_asyncio_iteration_sees_each_message(zctx, endpoints):
             assert (s["received"], s["zmq_received"]) == (11, 2)
             await sub.aclose()
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
+
+
+# ---- with_topic: one topic object per zmq message ---------------------------
+
+# A large topic over many one-byte messages: a copy of the topic per message
+# would take 100 kB each.
+BIG_TOPIC = b"T" * 100_000
+OTHER_TOPIC = b"U" * 100_000
+
+
+class _TopicHandler(Handler):
+    def __init__(self, batches):
+        self.batches = batches
+        self.items = []
+
+    def on_topic_message(self, topic, msg):
+        self.items.append((topic, msg))
+
+    def on_batch(self, msgs):
+        self.items.extend(msgs)
+
+
+def _check_shared_topics(items, n):
+    assert [m for _, m in items] == list(range(n)) * 2 + ["plain"]
+    first, second = items[:n], items[n:2 * n]
+    assert all(t == BIG_TOPIC for t, _ in first) and all(t == OTHER_TOPIC for t, _ in second)
+    # Every message split from one zmq message has the same topic object,
+    # across the batches the payload straddles.
+    assert len({id(t) for t, _ in first}) == 1
+    assert len({id(t) for t, _ in second}) == 1
+    assert items[-1][0] == BIG_TOPIC
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("target", ["callable", "handler", "batch_handler"])
+def test_split_messages_share_one_topic_object(zctx, endpoints, mode, target):
+    n = 50
+    col = Collector() if target == "callable" else _TopicHandler(target == "batch_handler")
+    with upcall.Bus() as bus:
+        sub, peer, pump = open_pair(bus, zctx, endpoints, "ipc", col, mode, batch=7,
+                                    with_topic=True)
+        peer.send(BIG_TOPIC, coalesced(range(n)))
+        peer.send(OTHER_TOPIC, coalesced(range(n)))
+        peer.send(BIG_TOPIC, msgpack.packb("plain"))
+        wait_received(sub, 2 * n + 1, pump)
+        _check_shared_topics(col.items, n)
+
+
+def test_split_messages_share_one_topic_object_asyncio(zctx, endpoints):
+    import asyncio
+    n = 50
+
+    async def main():
+        with upcall.Bus() as bus:
+            sub = bus.subscribe_async(endpoints("ipc"), kind="pull", bind=True, batch=7,
+                                      with_topic=True)
+            push = zctx.socket(zmq.PUSH)
+            push.linger = 0
+            push.connect(sub.last_endpoint)
+            push.send_multipart([BIG_TOPIC, coalesced(range(n))])
+            push.send_multipart([OTHER_TOPIC, coalesced(range(n))])
+            push.send_multipart([BIG_TOPIC, msgpack.packb("plain")])
+            got = []
+            async for item in sub:
+                got.append(item)
+                if len(got) == 2 * n + 1:
+                    break
+            _check_shared_topics(got, n)
+            await sub.aclose()
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))

@@ -388,7 +388,148 @@ def test_max_message_size_bounds_the_decompressed_size(zctx, endpoints):
                              lz4_block.compress(small, store_size=False)])
         col.wait(1)
         assert [bytes(v) for v in col.items[0]] == [small]
-        assert [e.reason for e in errors] == ["oob_decompress"]
+        assert [e.reason for e in errors] == ["message_size"]
+        assert f"max_message_size={len(TEXT) - 1}" in str(errors[0])
+        del col.items[:]
+    _wait_released()
+
+
+# ---- the decompressed size of a whole message --------------------------------
+
+# A real LZ4 block a little over the default bound: 64 MiB of zeros shrink
+# to about 260 kB (LZ4 stores at most 255 bytes of a run per byte).
+DEFAULT_BOUND = 64 * 1024 * 1024
+OVER_DEFAULT = DEFAULT_BOUND + 1
+_ZERO_BLOCK = lz4_block.compress(bytes(OVER_DEFAULT), store_size=False)
+
+
+def test_default_bound_is_64_mib():
+    assert upcall.DEFAULT_MAX_DECOMPRESSED == DEFAULT_BOUND
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("copy", [False, True])
+def test_default_settings_refuse_a_frame_that_expands_past_the_bound(zctx, endpoints, mode,
+                                                                      copy):
+    # No max_message_size: a quarter of a megabyte on the wire may not make
+    # the subscriber allocate more than DEFAULT_MAX_DECOMPRESSED.
+    assert len(_ZERO_BLOCK) < OVER_DEFAULT // 200
+    bad = [b"t", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]), _ZERO_BLOCK]
+    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+                                                  [b"t", GOOD], copy=copy)
+    assert items == ["ok"]
+    assert [e.reason for e in errors] == ["message_size"], errors
+    assert f"at least {OVER_DEFAULT} bytes" in str(errors[0])
+    assert f"{DEFAULT_BOUND} bytes" in str(errors[0])
+    assert "max_message_size" in str(errors[0])
+    assert errors[0].topic == b"t"
+    assert errors[0].offset == 1          # the reference, inside the one-element array
+    assert stats["decode_errors"] == 1
+    _wait_released()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_default_bound_is_for_the_sum_of_the_frames(zctx, endpoints, mode):
+    # 14 frames (as many as a message carries), each well under the bound,
+    # together over it: refused, whatever each frame is.
+    part = DEFAULT_BOUND // 13
+    block = lz4_block.compress(bytes(part), store_size=False)
+    refs = [_ref(2 + i, part, flags=1) for i in range(upcall.MAX_OOB_FRAMES)]
+    bad = [b"t", msgpack.packb(refs)] + [block] * upcall.MAX_OOB_FRAMES
+    assert part * 13 <= DEFAULT_BOUND < part * 14
+    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+                                                  [b"t", GOOD])
+    assert items == ["ok"]
+    assert [e.reason for e in errors] == ["message_size"], errors
+    # The 14th reference (each 18 bytes, after the array's 1-byte header).
+    assert errors[0].offset == 1 + 13 * 18
+    assert f"at least {part * 14} bytes" in str(errors[0])
+    assert stats["decode_errors"] == 1
+    _wait_released()
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_max_message_size_bounds_the_sum_of_the_frames(zctx, endpoints, copy):
+    # max_message_size=1 MB: each frame passes libzmq's per-frame check and
+    # decompresses to 100 kB; 14 of them are 1.4 MB once decompressed.
+    limit = 1_000_000
+    part = TEXT[:100_000]
+    block = lz4_block.compress(part, store_size=False)
+    col = Collector()
+    errors = []
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
+                            max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(sub.last_endpoint)
+        for n in (14, 9):
+            refs = [_ref(2 + i, len(part), flags=1) for i in range(n)]
+            push.send_multipart([b"t", msgpack.packb(refs)] + [block] * n)
+        col.wait(1)
+        assert len(col.items[0]) == 9 and all(bytes(v) == part for v in col.items[0])
+        assert [e.reason for e in errors] == ["message_size"]
+        assert f"max_message_size={limit}" in str(errors[0])
+        assert sub.stats["decode_errors"] == 1
+        del col.items[:]
+    _wait_released()
+
+
+def test_max_message_size_counts_raw_frames_and_the_payload_too(zctx, endpoints):
+    # With max_message_size, the whole message once decompressed: payload,
+    # raw frames and decompressed frames together (each within the limit,
+    # which libzmq checks frame by frame).
+    limit = 300_000
+    raw = b"r" * 150_000
+    block = lz4_block.compress(TEXT[:100_000], store_size=False)
+    col = Collector()
+    errors = []
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True,
+                            max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(sub.last_endpoint)
+        # 150 kB raw + 100 kB decompressed + a 60 kB payload: over.
+        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1),
+                                                  "p" * 60_000]), raw, block])
+        # Two raw frames of 150 kB: over, no decompression involved.
+        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, len(raw))]),
+                             raw, raw])
+        # 150 kB raw + 100 kB decompressed + a small payload: within.
+        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1)]),
+                             raw, block])
+        col.wait(1)
+        assert [bytes(v) for v in col.items[0]] == [raw, TEXT[:100_000]]
+        assert [e.reason for e in errors] == ["message_size", "message_size"]
+        del col.items[:]
+    _wait_released()
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_decoder_max_len_applies_to_decompressed_values(zctx, endpoints, copy):
+    # Decoder(max_len=...) bounds a value out of band as one inline: by its
+    # size as delivered, refused before decompressing.
+    bad = [b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK]
+    items, errors, stats = decode_error_then_good(
+        zctx, endpoints("ipc"), "python", bad, [b"t", GOOD], copy=copy,
+        decoder=upcall.Decoder(max_len=1000))
+    assert items == ["ok"]
+    assert [e.reason for e in errors] == ["max_len"]
+    assert "max_len=1000" in str(errors[0])
+    assert errors[0].offset == 1
+    assert stats["decode_errors"] == 1
+    # At the limit, delivered.
+    col = Collector()
+    with upcall.Bus() as bus:
+        sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
+                            decoder=upcall.Decoder(max_len=len(TEXT)))
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(sub.last_endpoint)
+        push.send_multipart(bad)
+        col.wait(1)
+        assert bytes(col.items[0][0]) == TEXT
         del col.items[:]
     _wait_released()
 
@@ -404,3 +545,128 @@ def test_arguments_are_checked(endpoints):
         with pytest.raises(TypeError, match="copy must be True or False, not str"):
             bus.subscribe(endpoints("inproc"), print, copy="yes")
     assert upcall.COMPRESSION == ("lz4",)
+
+
+# ---- the garbage collector, seen from other threads --------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_decoding_leaves_the_collector_to_the_application(zctx, endpoints, mode):
+    """The decoder may hold the collector off while it builds a large
+    payload's objects, but never across a GIL release: a thread that runs
+    while a frame is decompressed (without the GIL) sees the collector as
+    the application left it (on, then off once it called gc.disable())."""
+    import threading
+    count = 6
+    size = 16 << 20
+    block = lz4_block.compress(bytes(size), store_size=False)
+    # A payload over 16 KiB (the size from which the decoder defers the
+    # collector) and a frame that takes a while to decompress.
+    payload = msgpack.packb(["x" * 20_000, _ref(2, size, flags=1)])
+    got = []
+    changed = []
+    stop = threading.Event()
+    disable = threading.Event()
+    disabled = threading.Event()
+    spins = [0, 0]
+
+    def watch():
+        expected = True
+        while not stop.is_set():
+            spins[expected] += 1
+            if gc.isenabled() != expected:
+                changed.append((len(got), expected))
+                # The race the collector's state must not lose: an
+                # application that disables it now keeps it disabled.
+                gc.disable()
+                return
+            if expected and disable.is_set():
+                gc.disable()        # the application's own decision, mid-stream
+                expected = False
+                disabled.set()
+
+    assert gc.isenabled()
+    watcher = threading.Thread(target=watch)
+    try:
+        with upcall.Bus() as bus:
+            sub = bus.subscribe(endpoints("ipc"), lambda m: got.append(len(m[1])), kind="pull",
+                                bind=True, **mode_kwargs(mode))
+            pump = make_pump(sub) if mode == "caller" else None
+            push = zctx.socket(zmq.PUSH)
+            push.linger = 0
+            push.connect(sub.last_endpoint)
+            watcher.start()
+            for phase in (1, 2):
+                for _ in range(count):
+                    push.send_multipart([b"t", payload, block])
+                wait_for(lambda: (pump() if pump else None) or len(got) == phase * count
+                         or changed, what=f"phase {phase}'s messages")
+                assert not changed, changed
+                if phase == 1:
+                    disable.set()
+                    assert disabled.wait(DEADLINE)
+            stop.set()
+            watcher.join(DEADLINE)
+            assert not changed, changed
+            assert got == [size] * 2 * count
+            assert not gc.isenabled()       # the application's gc.disable() held
+            assert spins[0] > 0 and spins[1] > 0    # the watcher ran in both phases
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(DEADLINE)
+        gc.enable()
+
+
+# ---- the command line ---------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [None, 200_000])
+def test_upcall_listen_bounds_what_a_message_decompresses_to(zctx, endpoints, tmp_path, limit):
+    """`upcall listen` has the default bound, and --max-message-size sets
+    another: a message over it is skipped with one line naming the reason,
+    and the next one is printed."""
+    import json
+    import subprocess
+    import sys
+    from helpers import script_env
+    ep = endpoints("ipc")
+    args = ["--max-message-size", str(limit)] if limit else []
+    proc = subprocess.Popen([sys.executable, "-m", "upcall", "listen", ep, "--bind", "--kind",
+                             "pull", "--count", "1", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=script_env(), cwd=tmp_path)
+    try:
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(ep)
+        if limit:
+            # Each frame is small on the wire and within the limit once
+            # decompressed; the two together are not.
+            block = lz4_block.compress(TEXT[:150_000], store_size=False)
+            push.send_multipart([b"big", msgpack.packb([_ref(2, 150_000, flags=1),
+                                                        _ref(3, 150_000, flags=1)]),
+                                 block, block])
+        else:
+            push.send_multipart([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]),
+                                 _ZERO_BLOCK])
+        push.send_multipart([b"next", msgpack.packb(1)])
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"topic": "next", "payload": 1}
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("upcall listen: message skipped: "), err
+    assert "b'big'" in lines[0] and "Traceback" not in err
+    assert (f"max_message_size={limit}" if limit else f"{DEFAULT_BOUND} bytes") in lines[0]
+
+
+def test_upcall_listen_refuses_a_bad_max_message_size(tmp_path):
+    import subprocess
+    import sys
+    from helpers import script_env
+    proc = subprocess.run([sys.executable, "-m", "upcall", "listen", "ipc:///nowhere",
+                           "--max-message-size", "0"], capture_output=True, text=True,
+                          env=script_env(), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "--max-message-size: must be at least 1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

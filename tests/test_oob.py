@@ -528,3 +528,46 @@ def test_copy_false_without_out_of_band_frames_holds_nothing(endpoints):
         ba[:] = b"m" * LARGE
         col.wait(1)
         assert col.items[0]["v"] == b"n" * LARGE
+
+# ---- limits -----------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["native", "python", "caller", "executor"])
+@pytest.mark.parametrize("copy", [False, True])
+def test_decoder_max_len_applies_to_out_of_band_values(endpoints, mode, copy):
+    """Decoder(max_len=N) bounds a value sent out of band as it bounds the
+    same value inline: a decode error (reason max_len, the reference's
+    offset), counted; the next message arrives."""
+    col = Collector()
+    errors = []
+    with upcall.Bus() as bus:
+        sub, pub = _pair(bus, endpoints, "ipc", col, decoder=upcall.Decoder(max_len=1000),
+                         copy=copy, on_error=lambda exc, raw: errors.append(exc),
+                         **mode_kwargs(mode))
+        pump = make_pump(sub) if mode == "caller" else None
+        inline = bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=None)
+        inline.send(b"t", [bytes(LARGE)])        # inline: refused, as before
+        pub.send(b"t", [bytes(LARGE)])           # out of band: refused the same way
+        pub.send(b"t", [bytes(1000)])            # at the limit: inline (< threshold)
+        pub.send(b"t", "next")
+        col.wait(2, pump=pump)
+        # The inline message came from another socket: in any order.
+        wait_for(lambda: (pump() if pump else None) or len(errors) == 2, what="both errors")
+        assert [bytes(x[0]) if isinstance(x, list) else x for x in col.items] == [bytes(1000),
+                                                                                 "next"]
+        assert [e.reason for e in errors] == ["max_len", "max_len"]
+        assert [e.offset for e in errors] == [1, 1]
+        assert all("max_len=1000" in str(e) for e in errors)
+        assert sub.stats["decode_errors"] == 2
+        col.items.clear()
+    _wait_released()
+
+
+def test_decoder_max_len_at_the_limit_out_of_band(endpoints):
+    col = Collector()
+    with upcall.Bus() as bus:
+        sub, pub = _pair(bus, endpoints, "ipc", col, decoder=upcall.Decoder(max_len=THRESHOLD))
+        pub.send(b"t", [bytes(THRESHOLD)])       # exactly the threshold: out of band
+        col.wait(1)
+        assert isinstance(col.items[0][0], memoryview) and len(col.items[0][0]) == THRESHOLD
+        col.items.clear()
+    _wait_released()

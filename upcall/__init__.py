@@ -18,6 +18,7 @@ from upcall._bus import (  # noqa: F401
     DEFAULT_BATCH,
     COMPRESSION,
     DEFAULT_OOB_THRESHOLD,
+    DEFAULT_MAX_DECOMPRESSED,
     MAX_OOB_FRAMES,
     Bus,
     Publisher,
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",
+    "DEFAULT_MAX_DECOMPRESSED",
     "native_threads", "python_threads", "curve_keypair",
     "packb", "unpackb", "Encoder", "Decoder", "DecodeError", "Timestamp", "ExtType",
     "UpcallError", "ZMQError",

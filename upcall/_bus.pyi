@@ -153,6 +153,8 @@ DEFAULT_MAX_DELAY: float
 DEFAULT_MAX_BATCH: int
 DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
+# Decompressed bytes per message without subscribe(max_message_size=...).
+DEFAULT_MAX_DECOMPRESSED: int
 COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...

@@ -25,7 +25,7 @@ from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memmove, memset, strncpy
+from libc.string cimport memcmp, memmove, memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
@@ -496,9 +496,12 @@ A zmq context and every subscription and publisher opened on it.
         (no thread: call ``poll()``).  ``on_error(exc, msg)`` receives
         exceptions raised by the target and decode errors (default:
         sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
-        limit).  ``max_message_size``: bytes; larger messages are refused by
-        libzmq (ZMQ_MAXMSGSIZE), and so are out-of-band values that would
-        decompress past it (a decode error).
+        limit).  ``max_message_size``: bytes; a larger frame is refused by
+        libzmq (ZMQ_MAXMSGSIZE), and a message that would take more once its
+        out-of-band frames are decompressed (payload and frames together) is
+        a decode error, reason "message_size", before it is allocated; None:
+        no limit on frames, and at most DEFAULT_MAX_DECOMPRESSED bytes of
+        decompressed frames per message.
         CURVE encryption (docs/security.md): ``curve_server=(public, secret)``
         makes this end the CURVE server; ``curve_serverkey=public`` (the
         server's) makes it a client, with ``curve_client=(public, secret)`` or
@@ -620,7 +623,8 @@ A zmq context and every subscription and publisher opened on it.
         sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)
         sub._copy = copy
-        sub._max_oob_size = <uint64_t>mms if mms >= 0 else UC_LZ4_MAX_INPUT
+        sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
+        sub._max_size_given = mms >= 0
         sub._caller = delivery == "caller"
         sub._topics = tuple(topic_list)
         sub._pull = kind == "pull"

@@ -52,6 +52,7 @@ cdef extern from "_codec_c.h":
         UCD_ERR_COALESCED
         UCD_ERR_OOB_CODEC
         UCD_ERR_OOB_DECOMPRESS
+        UCD_ERR_MSG_SIZE
         UCD_EXT_OOB
         UCD_EXT_COALESCED
     ctypedef struct ucd_span:
@@ -116,7 +117,9 @@ class DecodeError(UpcallError, ValueError):
     length, depth, timestamp, trailing, utf8, unhashable_key, max_len,
     timestamp_range, frames, decoder (an exception from a subscription's
     ``decoder=``, kept as ``__cause__``), oob_decoder (out-of-band frames
-    for a ``decoder=`` or ``raw=True`` subscription), the oob_* ones; ``topic`` the topic of the message that did not
+    for a ``decoder=`` or ``raw=True`` subscription), the oob_* ones,
+    message_size (a message over its size limit once its out-of-band frames
+    are decompressed, docs/security.md); ``topic`` the topic of the message that did not
     decode (None from unpackb() and Decoder.decode()).
     """
     __module__ = "upcall"
@@ -149,6 +152,8 @@ cdef dict _EXTRA_REASONS = {
     UCD_ERR_OOB_UNUSED: ("oob_unused", "a frame after the payload that no out-of-band reference names"),
     UCD_ERR_OOB_CODEC: ("oob_codec", "an lz4-compressed out-of-band frame, and this upcall was "
                         "built without liblz4"),
+    UCD_ERR_MSG_SIZE: ("message_size", "the message would exceed its size limit once its "
+                       "out-of-band frames are decompressed"),
     UCD_ERR_OOB_DECOMPRESS: ("oob_decompress", "an lz4-compressed out-of-band frame that does not "
                              "decompress to the reference's size"),
     UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127) where one message was expected "

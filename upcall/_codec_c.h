@@ -47,6 +47,7 @@ enum {
     UCD_ERR_COALESCED = 117,   /* a payload that is an ext 127 (coalesced) value */
     UCD_ERR_OOB_CODEC = 120,   /* a compressed frame, and this build cannot decompress */
     UCD_ERR_OOB_DECOMPRESS = 121, /* a compressed frame that does not decompress to size */
+    UCD_ERR_MSG_SIZE = 122,    /* the message would grow past its size limit (decompressed) */
     UCD_ERR_PYTHON = 199       /* a Python exception is set (MemoryError...) */
 };
 
@@ -112,7 +113,35 @@ typedef struct ucd_ctx {
     mp_reader r;
     int err;
     size_t err_pos;
+    int gc_deferred;               /* this decode turned the collector off (ucd_gc_defer) */
 } ucd_ctx;
+
+/* The decoder builds a tree: it never makes a reference cycle, so a garbage
+ * collection run in the middle of a decode cannot free anything it built,
+ * yet on a large document the collector would walk the growing tree again
+ * and again: decoding 1-10 MB of small maps took 3-5 times as long with the
+ * collector on (docs/codec.md).  So a large decode turns the collector off,
+ * but only while nothing but this C code runs: the collector's state is the
+ * interpreter's, so a thread running while it is off (the GIL released)
+ * would see it off, and a gc.disable() made then would be undone by the
+ * decoder's PyGC_Enable.  It is turned back on before anything that may
+ * release the GIL or run Python code (an out-of-band value's `make`, which
+ * decompresses without the GIL, or raises), and off again afterwards only
+ * if it is still on; it is turned on only by the decode that turned it off. */
+static inline void ucd_gc_defer(ucd_ctx *c) {
+#if PY_VERSION_HEX >= 0x030A0000
+    c->gc_deferred = PyGC_Disable();
+#else
+    c->gc_deferred = 0;
+#endif
+}
+
+static inline void ucd_gc_restore(ucd_ctx *c) {
+#if PY_VERSION_HEX >= 0x030A0000
+    if (c->gc_deferred) PyGC_Enable();
+#endif
+    c->gc_deferred = 0;
+}
 
 static void ucd_config_clear_keys(ucd_config *cfg) {
     for (int i = 0; i < UCD_KEYCACHE_SIZE; i++) Py_CLEAR(cfg->keys[i].str);
@@ -224,9 +253,17 @@ static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it
     /* A compressed frame's length is the compressed one: make checks it. */
     if (!(d[1] & UCD_OOB_LZ4) && (uint64_t)fr->extra[i].size != size)
         return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
+    /* max_len bounds a value out of band as it bounds one inline: its size
+     * as delivered (decompressed), checked before make allocates for it. */
+    if (size > (uint64_t)c->cfg->max_len) return ucd_fail(c, UCD_ERR_MAX_LEN, pos);
     fr->used |= UINT32_C(1) << i;
     int err = 0;
+    /* make may release the GIL (decompressing) or run Python code: the
+     * collector is as the application left it while it does. */
+    int deferred = c->gc_deferred;
+    ucd_gc_restore(c);
     PyObject *o = fr->make(fr->ctx, i, d[1], size, &err);
+    if (deferred) ucd_gc_defer(c);
     if (err) {
         Py_XDECREF(o);
         return ucd_fail(c, err, pos);
@@ -455,22 +492,15 @@ static inline __attribute__((always_inline)) PyObject *ucd_decode_frames(
     c.fr = fr;
     c.err = 0;
     c.err_pos = 0;
+    c.gc_deferred = 0;
     mp_reader_init(&c.r, data, (size_t)size);
     if (fr && __builtin_expect(ucd_is_coalesced(data, size), 0))
         return ucd_raise_coalesced();
-#if PY_VERSION_HEX >= 0x030A0000
-    /* The decoder builds a tree: it never makes a reference cycle, so a
-     * garbage collection run in the middle of a decode cannot free anything
-     * it built, yet on a large document the collector would walk the
-     * growing tree again and again (several times the decode's own cost).
-     * Defer it: the allocations still count, and the collector runs once
-     * the decode is over. */
-    int gc_was_enabled = size >= UCD_GC_DEFER_BYTES ? PyGC_Disable() : 0;
-#endif
+    /* Defer the collector (ucd_gc_defer): the allocations still count, and
+     * it runs once the decode is over. */
+    if (size >= UCD_GC_DEFER_BYTES) ucd_gc_defer(&c);
     PyObject *o = ucd_obj(&c, 0);
-#if PY_VERSION_HEX >= 0x030A0000
-    if (gc_was_enabled) PyGC_Enable();
-#endif
+    ucd_gc_restore(&c);
     if (o && c.r.pos != (size_t)size) {
         Py_DECREF(o);
         o = ucd_fail(&c, MP_ERR_TRAILING, c.r.pos);

@@ -40,6 +40,7 @@ cdef enum:
     _OOB_LZ4 = 1
     _ERR_OOB_CODEC = 120
     _ERR_OOB_DECOMPRESS = 121
+    _ERR_MSG_SIZE = 122
 
 #: The codecs ``publisher(compression=...)`` takes in this build: ("lz4",)
 #: when upcall was built with liblz4, else ().
@@ -51,6 +52,10 @@ COMPRESSION = ("lz4",) if uc_lz4_available() else ()
 DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
 MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
+#: Bytes the compressed out-of-band frames of one message may decompress to,
+#: in all, for a subscription given no ``max_message_size`` (docs/security.md).
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+cdef uint64_t _DEFAULT_MAX_DECOMPRESSED = DEFAULT_MAX_DECOMPRESSED
 
 # One queue for the process, never freed: a peer (an inproc subscriber
 # keeping a view) may hold a frame for as long as it likes.
@@ -204,16 +209,59 @@ cdef class _Inflated:
 cdef struct _oob_ctx:
     # The decoder's context for a message's out-of-band frames.
     const uc_msg *m
-    uint64_t max_size       # larger decompressed sizes are refused
+    # The size limit of the message once decompressed (_oob_size_limit):
+    # `limit` bytes in all, `left` of them not taken yet by the frames
+    # resolved so far.  With max_message_size (`whole`), the payload and the
+    # raw frames count too; without, only what decompression allocates.
+    uint64_t limit
+    uint64_t left
+    uint64_t refused        # the size the message would have reached, once refused
+    bint whole
 
 
-cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
+cdef inline void _oob_size_limit(_oob_ctx *c, const uc_msg *m, uint64_t max_message_size,
+                                 bint given):
+    c.m = m
+    c.whole = given
+    c.limit = max_message_size if given else _DEFAULT_MAX_DECOMPRESSED
+    c.left = c.limit
+    c.refused = 0
+    if given:
+        c.left = c.limit - m.payload.size if m.payload.size < c.limit else 0
+
+
+cdef inline bint _oob_take(_oob_ctx *c, uint64_t size, int *err) noexcept:
+    """Count size bytes of the message against its limit, before anything
+    is allocated for them; past it, False with *err set (a decode error,
+    reason "message_size", which _oob_explain words)."""
+    if size <= c.left:
+        c.left -= size
+        return True
+    c.refused = c.limit - c.left + size
+    err[0] = _ERR_MSG_SIZE
+    return False
+
+
+cdef int _oob_explain(object exc, const _oob_ctx *c) except -1:
+    """The limit and the size in the text of a "message_size" decode error."""
+    if c.whole:
+        why = f"over the subscription's max_message_size={c.limit}"
+    else:
+        why = (f"over the {c.limit} bytes of decompressed out-of-band frames a message may "
+               "take by default (subscribe(max_message_size=...) sets the limit)")
+    exc.args = (f"msgpack decode error at byte {exc.offset}: message refused: it would take "
+                f"at least {c.refused} bytes once its out-of-band frames are decompressed, "
+                f"{why}",)
+    return 0
+
+
+cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
     """The i-th frame decompressed: a memoryview over one allocation, or
     bytes (copy); with *err set (and None) when it cannot be: this build has
     no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
-    size LZ4 cannot reach from the frame's length, or over the
-    subscription's max_message_size, is refused before anything is
-    allocated)."""
+    size LZ4 cannot reach from the frame's length is refused before
+    anything is allocated, and so is one past the message's size limit,
+    _oob_take)."""
     cdef const uc_frame *f = &c.m.extra[i]
     cdef _Inflated v
     cdef char *dst
@@ -221,8 +269,10 @@ cdef object _oob_inflated(const _oob_ctx *c, size_t i, uint64_t size, bint copy,
     if not uc_lz4_available():
         err[0] = _ERR_OOB_CODEC
         return None
-    if size > c.max_size or size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
+    if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
         err[0] = _ERR_OOB_DECOMPRESS
+        return None
+    if not _oob_take(c, size, err):
         return None
     if copy:
         out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
@@ -247,13 +297,15 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
     memoryview over the zmq frame itself, or over a copy for a source without
     zmq frames, or over its decompressed bytes (flags: _OOB_LZ4)."""
-    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
     cdef int rc
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, False, err)
+    if c.whole and not _oob_take(c, m.extra[i].size, err):
+        return None
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
     if rc == UC_OK:
         f = _HeldFrame.__new__(_HeldFrame)
@@ -266,10 +318,12 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
 
 cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
     """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
-    cdef const _oob_ctx *c = <const _oob_ctx *>ctx
+    cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     if flags & _OOB_LZ4:
         return _oob_inflated(c, i, size, True, err)
+    if c.whole and not _oob_take(c, m.extra[i].size, err):
+        return None
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
 
 

@@ -100,8 +100,10 @@ cdef class Subscription:
     cdef object _pending          # caller mode: a BaseException to re-raise from poll
     cdef Decoder _decoder
     cdef bint _with_topic
+    cdef bytes _split_topic   # with_topic: the topic of a split message that ended a batch (_msg_topic)
     cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
-    cdef uint64_t _max_oob_size   # a decompressed frame larger is refused: max_message_size
+    cdef uint64_t _max_message_size   # max_message_size, if _max_size_given (_oob_size_limit)
+    cdef bint _max_size_given
     cdef bint _caller
     cdef bint _closed
     cdef str _thread_name

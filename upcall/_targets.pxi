@@ -68,6 +68,8 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
     cdef int verdict = UC_DELIVER_MORE
     cdef Decoder decoder = sub._decoder
     cdef bint with_topic = sub._with_topic
+    cdef bytes topic = sub._split_topic
+    cdef const uc_frame *topic_wire = NULL
     while i < n:
         m = batch + (idx[i] if idx != NULL else i)
         try:
@@ -80,18 +82,21 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
                     break
             i += 1
             uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
-            topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
-            verdict = sub._report(_with_context(exc, topic), _raw_payload(m), topic, True)
+            bad_topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
+            verdict = sub._report(_with_context(exc, bad_topic), _raw_payload(m), bad_topic, True)
             if verdict != UC_DELIVER_MORE:
                 break
             continue
         if with_topic:
-            msgs.append((PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj))
+            topic = _msg_topic(m, &topic_wire, topic)
+            msgs.append((topic, obj))
         else:
             msgs.append(obj)
         i += 1
     if msgs:
         verdict = _hand_list(sub, handler, msgs)
+    if with_topic:
+        sub._split_topic = topic if topic_wire != NULL else None
     done[0] = i
     return verdict
 

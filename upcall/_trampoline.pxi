@@ -220,6 +220,8 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     cdef object target = sub._target
     cdef object obj = None
     cdef bint with_topic = sub._with_topic
+    cdef bytes topic = sub._split_topic
+    cdef const uc_frame *topic_wire = NULL
     cdef Handler handler = None
     if sub._st.kind == TARGET_NATIVE:
         target = (<NativeHandler>target).target
@@ -242,12 +244,13 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
                 decoding = False
                 if handler is not None:   # the vtable: a C call, no tuple
                     if with_topic:
-                        handler.on_topic_message(
-                            PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj)
+                        topic = _msg_topic(m, &topic_wire, topic)
+                        handler.on_topic_message(topic, obj)
                     else:
                         handler.on_message(obj)
                 elif with_topic:
-                    target(PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size), obj)
+                    topic = _msg_topic(m, &topic_wire, topic)
+                    target(topic, obj)
                 else:
                     target(obj)
                 delivered += 1
@@ -264,8 +267,8 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
             i += 1
             if decoding:
                 decode_errors += 1
-                topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
-                verdict = sub._report(_with_context(exc, topic), _raw_payload(m), topic, True)
+                bad_topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
+                verdict = sub._report(_with_context(exc, bad_topic), _raw_payload(m), bad_topic, True)
             elif isinstance(exc, SystemExit) and not sub._caller:
                 # Ends this delivery thread's work silently, as SystemExit
                 # ends a threading.Thread (caller mode: poll() re-raises it).
@@ -282,8 +285,32 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
         uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, decode_errors)
     if callback_errors:
         uc_sub_add_stat(sub._c, UC_STAT_CALLBACK_ERRORS, callback_errors)
+    if with_topic:
+        sub._split_topic = topic if topic_wire != NULL else None
     done[0] = i
     return verdict
+
+
+cdef inline bytes _msg_topic(const uc_msg *m, const uc_frame **last_wire, bytes last):
+    """m's topic as bytes.  The messages split from one zmq message (a
+    coalesced payload, docs/wire.md: they share `wire`) share one object,
+    not a copy each: a large topic over a batch of small messages would
+    otherwise take the topic's size per message.  `last` is what this
+    returned for the message before (or, first in a batch, for the split
+    message that ended the batch before: a coalesced payload may straddle
+    batches), `*last_wire` that message's zmq payload (NULL: not split)."""
+    if m.wire == NULL:
+        last_wire[0] = NULL
+    elif m.wire == last_wire[0]:
+        return last
+    else:
+        last_wire[0] = m.wire
+        # Another zmq message (or the one the batch before ended in): the
+        # same object if it is the same topic, one compare for the rest.
+        if last is not None and <size_t>PyBytes_GET_SIZE(last) == m.topic.size and \
+                memcmp(PyBytes_AS_STRING(last), m.topic.data, m.topic.size) == 0:
+            return last
+    return PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
 
 
 cdef inline object _decode(Decoder decoder, const uc_msg *m, Subscription sub):
@@ -301,10 +328,14 @@ cdef inline object _decode(Decoder decoder, const uc_msg *m, Subscription sub):
 cdef object _decode_oob(Decoder decoder, const uc_msg *m, Subscription sub):
     # Out of line: only messages with frames after the payload come here.
     cdef _oob_ctx c
-    c.m = m
-    c.max_size = sub._max_oob_size
-    return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra, m.n_extra,
-                              _oob_bytes if sub._copy else _oob_value, <void *>&c)
+    _oob_size_limit(&c, m, sub._max_message_size, sub._max_size_given)
+    try:
+        return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra,
+                                  m.n_extra, _oob_bytes if sub._copy else _oob_value, <void *>&c)
+    except DecodeError as exc:
+        if c.refused and exc.reason == "message_size":
+            _oob_explain(exc, &c)
+        raise
 
 
 cdef int _raise_frames(const uc_msg *m) except -1:

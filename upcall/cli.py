@@ -1,6 +1,7 @@
 """The ``upcall`` command line (``python -m upcall`` runs it too).
 
     upcall listen ENDPOINT [--topic T ...] [--bind] [--kind sub|pull] [--count N]
+                  [--max-message-size BYTES]
     upcall publish ENDPOINT [--topic T] [--bind] [--kind pub|push] [JSON ...]
     upcall bench [ARGS ...]
     upcall --version
@@ -90,6 +91,8 @@ def _listen(opts: argparse.Namespace) -> int:
         raise Failure("--topic is for --kind sub (a pull socket has no topics)", EXIT_USAGE)
     if opts.curve_serverkey:
         kwargs["curve_serverkey"] = opts.curve_serverkey
+    if opts.max_message_size is not None:
+        kwargs["max_message_size"] = opts.max_message_size
     with upcall.Bus() as bus:
         try:
             sub = bus.subscribe(opts.endpoint, show, **kwargs)
@@ -305,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exit after N messages (default: run until Ctrl-C)")
     lp.add_argument("--curve-serverkey", metavar="K",
                     help="the server's CURVE public key (Z85): connect encrypted")
+    lp.add_argument("--max-message-size", type=_positive, default=None, metavar="BYTES",
+                    help="skip messages larger than BYTES once decompressed (and drop a "
+                         "peer sending a larger frame); default: no limit on frames, "
+                         f"{upcall.DEFAULT_MAX_DECOMPRESSED // (1 << 20)} MiB of decompressed "
+                         "values per message")
     lp.add_argument("--verbose", "-v", action="store_true",
                     help="say on stderr where it listens (the port of a tcp://...:* bind)")
     lp.set_defaults(run=_listen)
