@@ -8,6 +8,15 @@
 # queued, so a larger one adds no latency; it costs ~220 KB of frame pool.
 DEFAULT_BATCH = 1024
 
+# Most topic prefixes a SUB subscription holds when max_topics=None.  Every
+# prefix is kept by upcall (sub.topics), by the SUB socket (a trie: up to a
+# node per byte), by each publisher it reaches, and is sent again, all at
+# once, on every connection and reconnection: 100,000 distinct prefixes of
+# 16 bytes took about 27 MiB in the subscribing process, 26 MiB in the
+# publishing one, and 0.3 s to go out on each connection (1,000,000: 265 MiB,
+# 220 MiB, 2.4-5 s; docs/security.md).  More is one argument away:
+# subscribe(max_topics=N).
+DEFAULT_MAX_TOPICS = 100_000
 
 
 cdef struct _poll_progress:
@@ -108,6 +117,7 @@ cdef class Subscription:
     cdef str _run_name
     cdef bytes _run_name_b        # NUL-terminated name for the native thread
     cdef tuple _topics            # SUB prefixes as changed so far (made or queued)
+    cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topics
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
     cdef _Source _source          # None: a zmq socket
@@ -254,6 +264,11 @@ cdef class Subscription:
         if self.closed:
             raise ValueError(f"{what}() on a closed subscription")
         if add != (t in self._topics):
+            if add and len(self._topics) >= self._max_topics:
+                raise ValueError(
+                    f"subscribe({topic!r}): the subscription already holds {len(self._topics)} "
+                    f"prefixes, its limit (max_topics={self._max_topics}); unsubscribe one "
+                    "first, or open it with a larger subscribe(max_topics=...)")
             # Queued with the GIL held, so that the order of the changes
             # queued is the order of the updates to _topics.
             if add:
