@@ -633,6 +633,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._copy = copy
         sub._max_oob_size = <uint64_t>mms if mms >= 0 else UC_LZ4_MAX_INPUT
         sub._caller = delivery == "caller"
+        sub._topic_set = dict.fromkeys(topic_list)
         sub._topics = tuple(topic_list)
         sub._max_topics = max_topics
         sub._pull = kind == "pull"
