@@ -245,7 +245,8 @@ cdef class Subscription:
         prefix that is already there changes nothing.  ``timeout`` (seconds,
         None: no limit): TimeoutError if a target is still running then; the
         change stays queued, is made before the next batch, and ``topics``
-        shows it already.  ValueError for PULL or once closed.
+        shows it already.  ValueError for PULL, once closed, or for a new
+        prefix when the subscription holds ``max_topics`` already.
         """
         self._change_topic(topic, True, timeout, "subscribe")
 
