@@ -1041,7 +1041,7 @@ static int test_topics_arguments(void)
 static int many_topics(int transport, int sub_binds)
 {
     enum { N = 3000 };
-    static char names[N][8];
+    static char names[N][16];
     static uc_frame prefixes[N];
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "k%05d", i);
