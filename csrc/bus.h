@@ -212,7 +212,10 @@ typedef struct uc_sub_opts {
                                      index of the endpoint that failed */
     int bind;                     /* bind instead of connect */
     const uc_frame *topics;       /* SUB prefixes ("" matches all); none (n_topics
-                                     0): nothing until uc_sub_subscribe */
+                                     0): nothing until uc_sub_subscribe.  Any
+                                     number: the SUB's send queue (ZMQ_SNDHWM)
+                                     is unbounded, so every prefix reaches every
+                                     peer on each (re)connection */
     size_t n_topics;
     size_t batch;                 /* most messages per deliver call, >= 1 */
     int rcvhwm;                   /* ZMQ_RCVHWM; < 0 keeps zmq's default */

@@ -591,11 +591,21 @@ static const uc_sub_ops zmq_ops = {
 /* ---- open ------------------------------------------------------------- */
 
 /* Socket options (the core's, then the deployment's) and SUB prefixes,
- * before the socket is attached. */
+ * before the socket is attached.
+ *
+ * A SUB socket sends nothing but its subscriptions, and libzmq drops, without
+ * an error, those that do not fit under ZMQ_SNDHWM (1000 by default): on
+ * every connection and reconnection it queues all its prefixes at once, so a
+ * SUB with more prefixes than that would silently lose the rest.  Unbounded
+ * (0), set before bind/connect so that every pipe, those of connections
+ * accepted later included, gets it.  The queue holds only copies of the
+ * prefixes until the connection takes them; the number of prefixes is
+ * bounded above (subscribe(max_topics=)). */
 static int configure(void *sock, const uc_sub_opts *o)
 {
     int64_t maxsize = o->max_message_size;
     int fail = uc_sock_set_int(sock, ZMQ_LINGER, 0)
+            || (o->kind == UC_SUB && uc_sock_set_int(sock, ZMQ_SNDHWM, 0))
             || (o->rcvhwm >= 0 && uc_sock_set_int(sock, ZMQ_RCVHWM, o->rcvhwm))
             || (maxsize >= 0 && zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize))
             || uc_sock_set_curve(sock, &o->curve)

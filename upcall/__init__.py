@@ -16,6 +16,7 @@ from upcall._codec import (  # noqa: F401
 )
 from upcall._bus import (  # noqa: F401
     DEFAULT_BATCH,
+    DEFAULT_MAX_TOPICS,
     COMPRESSION,
     DEFAULT_OOB_THRESHOLD,
     DEFAULT_MAX_DECOMPRESSED,
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "DEFAULT_MAX_TOPICS",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",
     "DEFAULT_MAX_DECOMPRESSED",
     "native_threads", "python_threads", "curve_keypair",

@@ -190,6 +190,7 @@ class Bus:
         decoder: PayloadDecoder | None = None,
         raw: bool = False,
         copy: bool = False,
+        max_topics: int | None = None,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -212,6 +213,7 @@ class Bus:
         raw: bool = False,
         queue_size: int | None = None,
         copy: bool = False,
+        max_topics: int | None = None,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(
@@ -245,6 +247,8 @@ class Bus:
                  tb: TracebackType | None) -> None: ...
 
 DEFAULT_BATCH: int
+# Most topic prefixes of a SUB subscription when subscribe(max_topics=None).
+DEFAULT_MAX_TOPICS: int
 # Errors logged without on_error: at most LOG_BURST records of each kind per
 # subscription per LOG_INTERVAL seconds, then one summary record.
 LOG_BURST: int

@@ -481,7 +481,7 @@ A zmq context and every subscription and publisher opened on it.
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  socket_options=None, decoder=None, raw=False, copy=False):
+                  socket_options=None, decoder=None, raw=False, copy=False, max_topics=None):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         ``endpoint``: one endpoint, or a list/tuple of them: one socket bound
@@ -489,7 +489,11 @@ A zmq context and every subscription and publisher opened on it.
         fair-queued between peers.  ``target(msg)`` gets the decoded payload
         (``target(topic, msg)`` with ``with_topic=True``).  ``kind``: "sub"
         (topic prefix filtering with ``topics``; none: nothing until
-        ``sub.subscribe(prefix)``) or "pull".  ``bind``: bind instead of
+        ``sub.subscribe(prefix)``) or "pull".  ``max_topics``: most prefixes
+        the subscription may hold, in ``topics`` and added by
+        ``sub.subscribe()`` (None: DEFAULT_MAX_TOPICS); more is a ValueError.
+        Every prefix reaches every publisher, on each (re)connection.
+        ``bind``: bind instead of
         connect.  ``batch``:
         most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
         "thread" (a loop on a thread from ``thread_factory``) or "caller"
@@ -528,14 +532,14 @@ A zmq context and every subscription and publisher opened on it.
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            socket_options, decoder, raw, copy, GIL_ADOPT, None)
+            socket_options, decoder, raw, copy, max_topics, GIL_ADOPT, None)
 
     @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
                         curve_client=None, socket_options=None, decoder=None, raw=False,
-                        queue_size=None, copy=False):
+                        queue_size=None, copy=False, max_topics=None):
         """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
 
         Call it from a coroutine: messages are delivered to the running event
@@ -556,7 +560,8 @@ A zmq context and every subscription and publisher opened on it.
             with_topic=with_topic, on_error=on_error, rcvhwm=rcvhwm,
             max_message_size=max_message_size, curve_server=curve_server,
             curve_serverkey=curve_serverkey, curve_client=curve_client,
-            socket_options=socket_options, decoder=decoder, raw=raw, copy=copy))
+            socket_options=socket_options, decoder=decoder, raw=raw, copy=copy,
+            max_topics=max_topics))
         self._async_subs.add(asub)
         return asub
 
@@ -565,7 +570,7 @@ A zmq context and every subscription and publisher opened on it.
             object batch, object delivery, object thread_factory, object with_topic,
             object on_error, object rcvhwm, object max_message_size, object curve_server,
             object curve_serverkey, object curve_client, object socket_options, object decoder,
-            object raw, object copy, int gil_mode, _Source source):
+            object raw, object copy, object max_topics, int gil_mode, _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
         socket on ``endpoint``; else ``source.open`` makes the loop)."""
@@ -603,6 +608,14 @@ A zmq context and every subscription and publisher opened on it.
             raise ValueError("topics apply to kind='sub' only; a pull socket receives everything")
         # A prefix given twice is one prefix: one unsubscribe() removes it.
         topic_list = list(dict.fromkeys(topic_list)) if kind == "sub" else []
+        max_topics = int_arg(max_topics, "max_topics", 1, 2 ** 31 - 1,
+                             f"None: {DEFAULT_MAX_TOPICS}", or_none=True)
+        if max_topics is None:
+            max_topics = DEFAULT_MAX_TOPICS
+        if len(topic_list) > max_topics:
+            raise ValueError(f"topics: {len(topic_list)} prefixes, more than the limit "
+                             f"(max_topics={max_topics}); pass a larger subscribe(max_topics=...) "
+                             "to allow more")
         factory = _check_factory(thread_factory, "thread_factory")
         if factory is None:
             factory = self._factory
@@ -626,7 +639,9 @@ A zmq context and every subscription and publisher opened on it.
         sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
         sub._max_size_given = mms >= 0
         sub._caller = delivery == "caller"
+        sub._topic_set = dict.fromkeys(topic_list)
         sub._topics = tuple(topic_list)
+        sub._max_topics = max_topics
         sub._pull = kind == "pull"
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
@@ -938,7 +953,8 @@ cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, 
         endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
         kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
         kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], gil_mode, source)
+        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], kw["max_topics"], gil_mode,
+        source)
 
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):

@@ -45,7 +45,9 @@ _SOCKET_OPTIONS = {
 _REFUSED_OPTIONS = {
     "linger": "upcall sets it: use publisher(linger=seconds); a subscription never lingers",
     "rcvhwm": "upcall sets it: use subscribe(rcvhwm=...)",
-    "sndhwm": "upcall sets it: use publisher(sndhwm=...)",
+    "sndhwm": "upcall sets it: use publisher(sndhwm=...); a subscription's send queue "
+              "carries only its prefixes and has no limit, so that none is dropped "
+              "(subscribe(max_topics=...) bounds how many)",
     "maxmsgsize": "upcall sets it: use subscribe(max_message_size=...)",
     "curve_server": "upcall sets it: use curve_server=(public, secret)",
     "curve_publickey": "upcall sets it: use curve_server= or curve_client=",

@@ -8,6 +8,15 @@
 # queued, so a larger one adds no latency; it costs ~220 KB of frame pool.
 DEFAULT_BATCH = 1024
 
+# Most topic prefixes a SUB subscription holds when max_topics=None.  Every
+# prefix is kept by upcall (sub.topics), by the SUB socket (a trie: up to a
+# node per byte), by each publisher it reaches, and is sent again, all at
+# once, on every connection and reconnection: 100,000 distinct prefixes of
+# 16 bytes took about 27 MiB in the subscribing process, 26 MiB in the
+# publishing one, and 0.3 s to go out on each connection (1,000,000: 265 MiB,
+# 220 MiB, 2.4-5 s; docs/security.md).  More is one argument away:
+# subscribe(max_topics=N).
+DEFAULT_MAX_TOPICS = 100_000
 
 
 cdef struct _poll_progress:
@@ -109,7 +118,12 @@ cdef class Subscription:
     cdef str _thread_name
     cdef str _run_name
     cdef bytes _run_name_b        # NUL-terminated name for the native thread
-    cdef tuple _topics            # SUB prefixes as changed so far (made or queued)
+    # SUB prefixes as changed so far (made or queued), in order: the keys of
+    # a dict, so that adding or removing one costs the same with 100,000 as
+    # with 10; `topics` builds the tuple once per change.
+    cdef dict _topic_set
+    cdef tuple _topics            # the tuple of _topic_set's keys; None: not built yet
+    cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topic_set
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
     cdef _Source _source          # None: a zmq socket
@@ -157,7 +171,7 @@ cdef class Subscription:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
         # As bound or connected: a port picked at bind (tcp://...:*) shows its number.
         eps = self.last_endpoints if self._c != NULL else self.endpoints
-        return f"<upcall.Subscription {','.join(eps)} topics={list(self._topics)!r} {state}>"
+        return f"<upcall.Subscription {','.join(eps)} topics={list(self.topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
         if self._fork_generation != _fork_generation:
@@ -220,6 +234,8 @@ cdef class Subscription:
         """The SUB socket's topic prefixes (bytes), in the order they were
         added, with every subscribe()/unsubscribe() so far; () for PULL,
         which has no prefixes and receives every message."""
+        if self._topics is None:
+            self._topics = tuple(self._topic_set) if self._topic_set else ()
         return self._topics
 
     def subscribe(self, topic, timeout=None):
@@ -234,7 +250,8 @@ cdef class Subscription:
         prefix that is already there changes nothing.  ``timeout`` (seconds,
         None: no limit): TimeoutError if a target is still running then; the
         change stays queued, is made before the next batch, and ``topics``
-        shows it already.  ValueError for PULL or once closed.
+        shows it already.  ValueError for PULL, once closed, or for a new
+        prefix when the subscription holds ``max_topics`` already.
         """
         self._change_topic(topic, True, timeout, "subscribe")
 
@@ -258,9 +275,14 @@ cdef class Subscription:
                              "topics: it receives every message")
         if self.closed:
             raise ValueError(f"{what}() on a closed subscription")
-        if add != (t in self._topics):
+        if add != (t in self._topic_set):
+            if add and len(self._topic_set) >= self._max_topics:
+                raise ValueError(
+                    f"subscribe({topic!r}): the subscription already holds {len(self._topic_set)} "
+                    f"prefixes, its limit (max_topics={self._max_topics}); unsubscribe one "
+                    "first, or open it with a larger subscribe(max_topics=...)")
             # Queued with the GIL held, so that the order of the changes
-            # queued is the order of the updates to _topics.
+            # queued is the order of the updates to _topic_set.
             if add:
                 rc = uc_sub_subscribe(self._c, <const char *>t, len(t), &ticket)
             else:
@@ -268,9 +290,10 @@ cdef class Subscription:
             _check_rc(rc, f"{what}({topic!r})")
             self._topic_ticket = ticket
             if add:
-                self._topics = self._topics + (t,)
+                self._topic_set[t] = None
             else:
-                self._topics = tuple(x for x in self._topics if x != t)
+                del self._topic_set[t]
+            self._topics = None
         # Nothing to change: still return only once what topics shows is made.
         ticket = self._topic_ticket
         if ticket and not _in_signal_slices(self, _topics_step, &ticket, total_ms):

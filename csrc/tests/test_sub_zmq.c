@@ -1035,6 +1035,55 @@ static int test_topics_arguments(void)
     return 0;
 }
 
+/* A SUB with three times libzmq's default ZMQ_SNDHWM of prefixes: every
+ * one reaches the publisher, whether the SUB connects or binds (libzmq
+ * drops, silently, the subscriptions that do not fit its send queue). */
+static int many_topics(int transport, int sub_binds)
+{
+    enum { N = 3000 };
+    static char names[N][16];
+    static uc_frame prefixes[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "k%05d", i);
+        prefixes[i].data = names[i];
+        prefixes[i].size = strlen(names[i]);
+    }
+    char ep[300];
+    bind_ep(transport, ep, sizeof ep);
+    int err, count = 0;
+    coll c;
+    coll_init(&c, 16);
+    uc_sub_opts so = sub_opts(UC_SUB, ep, sub_binds, &c, 16);
+    so.topics = prefixes;
+    so.n_topics = N;
+    uc_pub_opts po = pub_opts(UC_PUB, ep, !sub_binds);
+    uc_sub *s = NULL;
+    uc_pub *p = NULL;
+    if (sub_binds) {
+        s = uc_sub_open(g_bus, &so, &err);
+        CHECK(s && err == UC_OK);
+        po.endpoint = uc_sub_endpoint(s, 0);
+        p = uc_pub_open(g_bus, &po, &err);
+        CHECK(p && err == UC_OK);
+    } else {
+        p = uc_pub_open(g_bus, &po, &err);
+        CHECK(p && err == UC_OK);
+        so.endpoint = uc_pub_last_endpoint(p);
+        s = uc_sub_open(g_bus, &so, &err);
+        CHECK(s && err == UC_OK);
+    }
+    CHECK_EQ(uc_pub_wait_subscriptions(p, N, WAIT_MS, &count), UC_OK);
+    CHECK_EQ(count, N);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
+static int test_many_topics_sub_connects_tcp(void) { return many_topics(T_TCP, 0); }
+static int test_many_topics_sub_binds_ipc(void) { return many_topics(T_IPC, 1); }
+
 int main(void)
 {
     if (fixtures_setup() != 0)
@@ -1062,6 +1111,8 @@ int main(void)
     run("topics_inside_deliver_caller", test_topics_inside_deliver_caller);
     run("topics_loop_ends_first", test_topics_loop_ends_first);
     run("topics_arguments", test_topics_arguments);
+    run("many_topics_sub_connects_tcp", test_many_topics_sub_connects_tcp);
+    run("many_topics_sub_binds_ipc", test_many_topics_sub_binds_ipc);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);
