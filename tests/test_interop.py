@@ -113,20 +113,8 @@ def test_upcall_feeds_pyzmq(zctx, endpoints, kind, transport):
     ep = endpoints(transport)
     with upcall.Bus() as bus:
         pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None)
-        zsock = zctx.socket(zmq.SUB if kind == "pub" else zmq.PULL)
+        zsock = _connected_reader(zctx, pub, kind, ep)
         try:
-            zsock.setsockopt(zmq.RCVHWM, 0)
-            if kind == "pub":
-                zsock.setsockopt(zmq.SUBSCRIBE, b"")
-            zsock.connect(ep)
-            if kind == "pub":
-                # slow joiner: probe until the subscription has propagated
-                deadline = time.monotonic() + DEADLINE
-                while True:
-                    assert time.monotonic() < deadline, "pyzmq SUB never got a probe"
-                    pub.send(b"probe", PROBE)
-                    if zsock.poll(10):
-                        break
             expected = []
             for i, obj in enumerate(OBJECTS):
                 topic = b"t.%d" % i
@@ -180,6 +168,7 @@ def _connected_reader(zctx, pub, kind, ep):
         zsock.setsockopt(zmq.SUBSCRIBE, b"")
     zsock.connect(ep)
     if kind == "pub":
+        # slow joiner: probe until the subscription has propagated
         deadline = time.monotonic() + DEADLINE
         while True:
             assert time.monotonic() < deadline, "pyzmq SUB never got a probe"
