@@ -179,8 +179,10 @@ SIGNAL_TAKEN_BY_ANOTHER_THREAD = """
     other = threading.Thread(target=threading.Event().wait, daemon=True)
     other.start()
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
-    print("waiting", flush=True)
     try:
+        # Inside the try: the other thread may take the signal at once, and
+        # the main thread then raises at its next bytecode, the print's end.
+        print("waiting", flush=True)
         bus.wait()
     except KeyboardInterrupt:
         print("interrupted", flush=True)
