@@ -21,7 +21,9 @@ typedef struct uc_sub_ops {
      * or the caller of uc_sub_poll).  Hands batches over with
      * uc_sub_hand_over and runs until uc_sub_stopping(), until timeout_ms
      * passes (< 0: never), until deliver has taken max_messages (0: no
-     * limit), or until deliver pauses or stops (on a stop, and when the
+     * limit), in caller mode until deliver has taken a batch whole (at
+     * least one message, nothing of it held), or until deliver pauses or
+     * stops (on a stop, and when the
      * source ends by itself, it calls uc_sub_end_loop).  What deliver did
      * not take is the source's to hand over first next time (bus.h,
      * uc_deliver_fn), or to count as dropped.  Returns the number of

@@ -111,7 +111,7 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
                 n = max_messages - total;
             if (synth_hand_over(y, n, t0, &total) != UC_DELIVER_MORE)
                 break;
-            if (max_messages && total >= max_messages)
+            if ((max_messages && total >= max_messages) || (!s->thread_mode && !y->left))
                 break;
             continue;
         }
@@ -164,6 +164,9 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
         if (synth_hand_over(y, n, t0, &total) != UC_DELIVER_MORE)
             break;
         if (max_messages && total >= max_messages)
+            break;
+        /* Caller mode: uc_sub_poll returns once something was taken (bus.h). */
+        if (!s->thread_mode && total && !y->left)
             break;
     }
     return total;
