@@ -452,11 +452,11 @@ int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
 
 /* ---- the source's ops ------------------------------------------------- */
 
-/* Caller mode: uc_sub_poll returns once something was taken and nothing
- * taken in part is held (bus.h), instead of filling its whole timeout. */
+/* uc_sub_poll_some returns once something was taken and nothing taken in
+ * part is held (bus.h), instead of filling its whole timeout. */
 static inline int returns_now(const uc_sub *s, size_t total, size_t held)
 {
-    return !s->thread_mode && total && !held;
+    return s->poll_some && total && !held;
 }
 
 /* uc_sub_ops.run: poll, drain a batch, deliver it, give the frames back. */

@@ -31,7 +31,7 @@ cdef int _poll_step(object owner, int slice_ms, void *arg) except -1:
     cdef size_t got = 0
     cdef int rc
     with nogil:
-        rc = uc_sub_poll(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
+        rc = uc_sub_poll_some(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
     p.done += got
     if sub._pending is not None:
         # From the target or on_error; the rest of its batch waits in the
