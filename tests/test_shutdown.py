@@ -200,7 +200,8 @@ CTRL_C_DURING_DELIVERY = """
     # the main thread is asleep); bus.wait() still sees it, where
     # threading.Event().wait() can sleep through it for ever.
     if mode == "caller":
-        sub.poll()
+        while True:
+            sub.poll()   # returns with each batch
     else:
         bus.wait()
     say("the wait returned")
