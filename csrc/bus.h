@@ -261,13 +261,19 @@ typedef enum {
  * On failure returns NULL with *err set (and errno for ZMQ/SYS errors). */
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err);
 
-/* Caller mode: run the loop on this thread until timeout_ms passes (< 0:
- * no limit), deliver has taken max_messages (0: no limit), deliver returns
- * UC_DELIVER_PAUSE or STOP, or the subscription is closed.  *delivered (may
- * be NULL) gets the number of messages deliver took.  Returns UC_OK, or
+/* Caller mode: run the loop on this thread until timeout_ms passes (< 0: no limit), deliver has taken max_messages (0: no
+ * limit), deliver returns UC_DELIVER_PAUSE or STOP, or the subscription is
+ * closed.  *delivered (may be NULL) gets the number of messages deliver
+ * took.  Returns UC_OK, or
  * UC_ERR_CLOSED once the subscription has been stopped, UC_ERR_BUSY for a
  * thread-mode subscription or when another poll runs. */
 int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered);
+
+/* uc_sub_poll, returning as well as soon as deliver has taken a batch (at
+ * least one message; a batch taken in part is handed over to its end
+ * first): the messages queued, up to `batch`, rather than waiting on for
+ * more until timeout_ms. */
+int uc_sub_poll_some(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered);
 
 /* Request the stop and wait up to timeout_ms (< 0: forever) for the loop to
  * end.  From inside deliver: request only, UC_OK.  UC_ERR_TIMEOUT if the loop

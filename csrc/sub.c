@@ -336,7 +336,7 @@ int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken)
 
 /* ---- caller mode ------------------------------------------------------ */
 
-int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivered)
+static int sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, int some, size_t *delivered)
 {
     if (delivered)
         *delivered = 0;
@@ -356,6 +356,7 @@ int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivere
     /* The poll holds a reference so that uc_sub_free from inside deliver (or
      * from another thread) leaves the memory to us. */
     s->polling = 1;
+    s->poll_some = some;
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&s->mu);
 
@@ -375,6 +376,16 @@ int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivere
         *delivered = n;
     sub_release(s);
     return UC_OK;
+}
+
+int uc_sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivered)
+{
+    return sub_poll(s, timeout_ms, max_messages, 0, delivered);
+}
+
+int uc_sub_poll_some(uc_sub *s, int timeout_ms, size_t max_messages, size_t *delivered)
+{
+    return sub_poll(s, timeout_ms, max_messages, 1, delivered);
 }
 
 /* ---- stop, wait, free ------------------------------------------------- */

@@ -21,7 +21,9 @@ typedef struct uc_sub_ops {
      * or the caller of uc_sub_poll).  Hands batches over with
      * uc_sub_hand_over and runs until uc_sub_stopping(), until timeout_ms
      * passes (< 0: never), until deliver has taken max_messages (0: no
-     * limit), or until deliver pauses or stops (on a stop, and when the
+     * limit), with `poll_some` until deliver has taken a batch whole (at
+     * least one message, nothing of it held), or until deliver pauses or
+     * stops (on a stop, and when the
      * source ends by itself, it calls uc_sub_end_loop).  What deliver did
      * not take is the source's to hand over first next time (bus.h,
      * uc_deliver_fn), or to count as dropped.  Returns the number of
@@ -56,6 +58,7 @@ struct uc_sub {
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* signalled when finished, polling or open_state changes */
     int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
+    int poll_some;        /* that poll is uc_sub_poll_some (set by the poller) */
     int open_state;       /* thread mode: UC_OPENING, UC_OPENED, UC_OPEN_FAILED (under mu) */
     int started;          /* thread mode: the loop has taken the source (under mu) */
 

@@ -111,7 +111,7 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
                 n = max_messages - total;
             if (synth_hand_over(y, n, t0, &total) != UC_DELIVER_MORE)
                 break;
-            if (max_messages && total >= max_messages)
+            if ((max_messages && total >= max_messages) || (s->poll_some && !y->left))
                 break;
             continue;
         }
@@ -165,6 +165,13 @@ static size_t synth_run(uc_sub *s, int timeout_ms, size_t max_messages)
             break;
         if (max_messages && total >= max_messages)
             break;
+        /* uc_sub_poll_some returns once something was taken (bus.h), the
+         * subscription ending with it if the stream has. */
+        if (s->poll_some && total && !y->left) {
+            if (y->count && y->next >= y->count)
+                uc_sub_end_loop(s);
+            break;
+        }
     }
     return total;
 }

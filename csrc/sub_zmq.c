@@ -452,6 +452,13 @@ int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
 
 /* ---- the source's ops ------------------------------------------------- */
 
+/* uc_sub_poll_some returns once something was taken and nothing taken in
+ * part is held (bus.h), instead of filling its whole timeout. */
+static inline int returns_now(const uc_sub *s, size_t total, size_t held)
+{
+    return s->poll_some && total && !held;
+}
+
 /* uc_sub_ops.run: poll, drain a batch, deliver it, give the frames back. */
 static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
 {
@@ -486,7 +493,7 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
             /* The rest of a batch deliver did not take: first, and alone. */
             if (hand_over(z, limit, &total) != UC_DELIVER_MORE)
                 break;
-            if (max_messages && total >= max_messages)
+            if ((max_messages && total >= max_messages) || returns_now(s, total, z->left))
                 break;
             continue;
         }
@@ -513,7 +520,7 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
                 z->left = n;
                 if (hand_over(z, n, &total) != UC_DELIVER_MORE)
                     break;
-                if (max_messages && total >= max_messages)
+                if ((max_messages && total >= max_messages) || returns_now(s, total, z->left))
                     break;
             }
             if (maybe_more || z->left)

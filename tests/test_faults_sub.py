@@ -243,7 +243,7 @@ def test_interrupted_target_keeps_the_rest_for_the_next_poll(kind, exc):
         for i in range(N):
             pub.send(b"", msg(i))
         with pytest.raises(exc):
-            sub.poll(timeout=DEADLINE)
+            poll_until(sub, lambda: False)    # poll() returns after each batch
         assert not sub.closed
         expected = [msg(i) for i in range(N) if i != 16]
         if kind == "native":
@@ -277,7 +277,7 @@ def test_interrupted_batch_handler():
         for i in range(N):
             pub.send(b"", msg(i))
         with pytest.raises(KeyboardInterrupt):
-            sub.poll(timeout=DEADLINE)
+            poll_until(sub, lambda: False)    # poll() returns after each batch
         assert sub.stats["callback_errors"] == BATCH     # the list of 10..19
         poll_until(sub, lambda: len(h.items) >= N - BATCH)
         assert [m["i"] for m in h.items] == [i for i in range(N) if not 10 <= i < 20]
@@ -319,7 +319,7 @@ def test_interrupted_on_error_keeps_the_rest(kind, source):
             else:
                 pub.send(b"", msg(i))
         with pytest.raises(KeyboardInterrupt):
-            sub.poll(timeout=DEADLINE)
+            poll_until(sub, lambda: False)    # poll() returns after each batch
         # A batch handler got the messages before the bad one first.
         assert [m["i"] for m in items] == list(range(16))
         poll_until(sub, lambda: len(items) >= N - 1)
@@ -357,7 +357,7 @@ def test_real_sigint_inside_the_target():
             for i in range(N):
                 pub.send(b"", msg(i))
             with pytest.raises(KeyboardInterrupt):
-                sub.poll(timeout=DEADLINE)
+                poll_until(sub, lambda: False)    # poll() returns after each batch
             poll_until(sub, lambda: len(items) >= N)
             assert [m["i"] for m in items] == list(range(N))
             st = sub.stats
@@ -378,7 +378,7 @@ def test_interrupted_then_closed_counts_the_rest_as_dropped():
         for i in range(BATCH):
             pub.send(b"", msg(i))
         with pytest.raises(KeyboardInterrupt):
-            sub.poll(timeout=DEADLINE)
+            poll_until(sub, lambda: False)    # poll() returns after each batch
         sub.close()
         st = sub.stats
         assert (st["received"], st["delivered"], st["callback_errors"], st["dropped"]) \

@@ -1,6 +1,7 @@
 """upcall.Handler targets: vtable dispatch, Python subclasses, batches, topics,
 errors, every thread kind; over the synthetic source and over real sockets."""
 import threading
+import time
 
 import pytest
 
@@ -26,7 +27,11 @@ def _subscribe(bus, endpoint, target, mode, **kw):
 
 def _run(sub, mode):
     if mode == "caller":
-        sub.poll(timeout=DEADLINE)
+        # poll() returns after each batch: until the source's end closes it.
+        deadline = time.monotonic() + DEADLINE
+        while not sub.closed:
+            assert time.monotonic() < deadline, "the source did not end"
+            sub.poll(timeout=DEADLINE)
     else:
         assert sub.wait(DEADLINE)
 

@@ -2,6 +2,7 @@
 by counts over the synthetic source and over real sockets."""
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,7 +23,11 @@ def _run(bus, target, mode, **kw):
         kw["thread_factory"] = upcall.python_threads
     sub = _synthetic_subscribe(bus, target, **kw)
     if mode == "caller":
-        sub.poll(timeout=DEADLINE)
+        # poll() returns after each batch: until the source's end closes it.
+        deadline = time.monotonic() + DEADLINE
+        while not sub.closed:
+            assert time.monotonic() < deadline, "the source did not end"
+            sub.poll(timeout=DEADLINE)
     else:
         assert sub.wait(DEADLINE)
     return sub

@@ -158,7 +158,8 @@ CTRL_C_DURING_POLL = """
     sub = bus.subscribe(EP, lambda msg: say("ready"), kind="pull", delivery="caller")
     pub.send(b"t", 1)
     try:
-        sub.poll()           # nothing more arrives: only Ctrl-C ends this
+        while True:
+            sub.poll()       # returns with the message; then only Ctrl-C ends this
     except KeyboardInterrupt:
         say("interrupted")
         if sys.argv[2] == "reraise":
@@ -199,7 +200,8 @@ CTRL_C_DURING_DELIVERY = """
     # the main thread is asleep); bus.wait() still sees it, where
     # threading.Event().wait() can sleep through it for ever.
     if mode == "caller":
-        sub.poll()
+        while True:
+            sub.poll()   # returns with each batch
     else:
         bus.wait()
     say("the wait returned")

@@ -89,9 +89,18 @@ class Subscription:
         """Every endpoint as bound or connected, in the order of ``endpoints``."""
     def poll(self, timeout: float | None = None, max_messages: int | None = None) -> int:
         """Caller mode: deliver on this thread; return how many messages were
-        delivered.  ValueError once the subscription has ended; an interrupt
-        from the target (KeyboardInterrupt...) propagates, and the rest of
-        its batch is delivered by the next poll()."""
+        delivered, as soon as a batch was (0 after ``timeout``).  ValueError
+        once the subscription has ended; an interrupt from the target
+        (KeyboardInterrupt...) propagates, and the rest of its batch is
+        delivered by the next poll()."""
+    def recv(self, timeout: float | None = None) -> Any:
+        """Opened without a target (delivery="caller"): the next message, as a
+        target would get it ((topic, msg) with with_topic).  TimeoutError
+        after ``timeout`` seconds, the subscription kept and nothing lost;
+        ValueError once closed."""
+    def __iter__(self) -> Subscription:
+        """``for msg in sub``: recv() until the subscription or its bus closes."""
+    def __next__(self) -> Any: ...
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end by itself (StopDelivery, the end of its
         source) without stopping it; True if it has ended.  Thread mode only."""
@@ -171,7 +180,7 @@ class Bus:
     def subscribe(
         self,
         endpoint: Endpoints,
-        target: Target,
+        target: Target | None = None,
         *,
         topics: Iterable[bytes | str] = (b"",),
         kind: Literal["sub", "pull"] = "sub",

@@ -477,12 +477,16 @@ A zmq context and every subscription and publisher opened on it.
     # inspect.signature() on Python < 3.12 (a trailing comma is dropped).
     # So self is checked here, as CPython checks it for the others.
     @cython.binding(True)
-    def subscribe(self, endpoint, target, *, topics=(b"",), kind="sub", bind=False,
+    def subscribe(self, endpoint, target=None, *, topics=(b"",), kind="sub", bind=False,
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
                   curve_server=None, curve_serverkey=None, curve_client=None,
                   socket_options=None, decoder=None, raw=False, copy=False, max_topics=None):
         """Deliver each message arriving at ``endpoint`` to ``target``.
+
+        Without a target (``delivery="caller"`` only), nothing is delivered:
+        the caller takes each message with ``sub.recv(timeout)`` or
+        ``for msg in sub``.
 
         ``endpoint``: one endpoint, or a list/tuple of them: one socket bound
         (or connected) to each, so one loop and one thread serve them all,
@@ -497,7 +501,7 @@ A zmq context and every subscription and publisher opened on it.
         connect.  ``batch``:
         most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
         "thread" (a loop on a thread from ``thread_factory``) or "caller"
-        (no thread: call ``poll()``).  ``on_error(exc, msg)`` receives
+        (no thread: call ``poll()``, or ``recv()`` without a target).  ``on_error(exc, msg)`` receives
         exceptions raised by the target and decode errors (default:
         sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
         limit).  ``max_message_size``: bytes; a larger frame is refused by
@@ -584,6 +588,13 @@ A zmq context and every subscription and publisher opened on it.
         self._check_open()
         ep_list = _endpoint_list(endpoint) if source is None else [endpoint]
         ep_bytes = [(<str>e).encode("utf-8") for e in ep_list] if source is None else []
+        inbox = None
+        if target is None:
+            if delivery != "caller":
+                raise TypeError("subscribe() without a target takes messages on the caller's "
+                                "thread: pass delivery='caller' (then sub.recv() or `for msg "
+                                "in sub`), or a target to deliver to")
+            target = inbox = _Inbox()
         target_kind = _target_kind(target)
         payload_decoder = _payload_decoder(decoder, raw)
         if not isinstance(copy, bool):
@@ -632,6 +643,7 @@ A zmq context and every subscription and publisher opened on it.
         sub.endpoints = tuple(ep_list)
         sub._source = source
         sub._target = target
+        sub._inbox = inbox
         sub._on_error = on_error
         sub._decoder = payload_decoder
         sub._with_topic = bool(with_topic)

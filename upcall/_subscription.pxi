@@ -31,7 +31,7 @@ cdef int _poll_step(object owner, int slice_ms, void *arg) except -1:
     cdef size_t got = 0
     cdef int rc
     with nogil:
-        rc = uc_sub_poll(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
+        rc = uc_sub_poll_some(sub._c, slice_ms, p.limit - p.done if p.limit else 0, &got)
     p.done += got
     if sub._pending is not None:
         # From the target or on_error; the rest of its batch waits in the
@@ -44,7 +44,40 @@ cdef int _poll_step(object owner, int slice_ms, void *arg) except -1:
         return 1
     p.started = True
     _check_rc(rc, "poll")
-    return (p.limit != 0 and p.done >= p.limit) or sub._closed or uc_sub_finished(sub._c) != 0
+    # Something taken: poll() returns it now rather than wait for more.
+    return p.done > 0 or sub._closed or uc_sub_finished(sub._c) != 0
+
+
+@cython.final
+cdef class _Inbox:
+    """The target of a subscription opened without one (recv()): holds the
+    one message the last poll of a single message delivered, until recv()
+    returns it."""
+    cdef object msg
+    cdef bint full
+
+    def __call__(self, *args):
+        # target(msg), or target(topic, msg) with with_topic: (topic, msg).
+        self.msg = args[0] if len(args) == 1 else args
+        self.full = True
+
+
+cdef int _recv_step(object owner, int slice_ms, void *arg) except -1:
+    """A slice of recv(): poll for one message; done once the inbox holds
+    it, or the subscription has ended."""
+    cdef Subscription sub = <Subscription>owner
+    cdef _Inbox inbox = sub._inbox
+    cdef size_t got = 0
+    cdef int rc
+    with nogil:
+        rc = uc_sub_poll(sub._c, slice_ms, 1, &got)
+    if sub._pending is not None:
+        exc, sub._pending = sub._pending, None
+        raise exc
+    if rc != UC_ERR_CLOSED:
+        _check_rc(rc, "recv")
+    # A decode error is taken too (reported as for a target): the wait goes on.
+    return inbox.full or rc == UC_ERR_CLOSED or sub._closed or uc_sub_finished(sub._c) != 0
 
 
 cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
@@ -135,6 +168,7 @@ cdef class Subscription:
     cdef object _end_exc          # what ended the loop (KeyboardInterrupt...), for _end_hook
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef object __weakref__       # the bus keeps a weak reference
+    cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
@@ -309,14 +343,22 @@ cdef class Subscription:
     def poll(self, timeout=None, max_messages=None):
         """Caller mode: receive and deliver on this thread.
 
-        Returns after ``timeout`` seconds (not milliseconds, as pyzmq's
-        poll(timeout) takes; None or math.inf: no limit), once
-        ``max_messages`` were taken in, when a target raised StopDelivery,
-        or when the subscription is closed.  Returns the number of messages
-        taken in: handed to the target, or counted as decode errors (a
-        malformed message counts too, so that a flood of them cannot hold
-        poll() for ever).  Wakes at least every 200 ms for signals, so
-        Ctrl-C raises KeyboardInterrupt here.
+        Waits up to ``timeout`` seconds (not milliseconds, as pyzmq's
+        poll(timeout) takes; None or math.inf: no limit; 0: only what is
+        queued) for messages, and returns as soon as it has delivered some:
+        one batch, the messages already queued up to ``batch``
+        (subscribe(batch=)) or ``max_messages``.  Also returns when a target
+        raised StopDelivery, or when the subscription is closed.  Returns
+        the number of messages taken in: handed to the target, or counted
+        as decode errors (a malformed message counts too, so that a flood
+        of them cannot hold poll() for ever); 0 after the timeout.  Wakes at
+        least every 200 ms for signals, so Ctrl-C raises KeyboardInterrupt
+        here.
+
+        It does not wait on to fill the timeout once something came (as
+        pyzmq's and Kafka's poll() do not): the caller gets control back
+        with every batch.  To deliver for a whole period, call it in a
+        loop: ``while time.monotonic() < end: sub.poll(end - time.monotonic())``.
 
         A KeyboardInterrupt, SystemExit or GeneratorExit raised by the target
         or by ``on_error`` propagates out of poll(); the subscription stays
@@ -331,6 +373,10 @@ cdef class Subscription:
         if not self._caller:
             raise ValueError("poll() is for delivery='caller' subscriptions; "
                              "this one delivers on its own thread")
+        if self._inbox is not None:
+            raise ValueError("poll() delivers to a target, and this subscription was "
+                             "opened without one: take its messages with recv() or "
+                             "`for msg in sub`")
         if self.closed:
             raise ValueError("poll() on a closed subscription")
         max_messages = int_arg(max_messages, "max_messages", 1, 2 ** 63 - 1, "None: no limit",
@@ -340,6 +386,69 @@ cdef class Subscription:
         progress.started = False
         _in_signal_slices(self, _poll_step, &progress, total_ms)
         return progress.done
+
+    def recv(self, timeout=None):
+        """Receive one message on this thread: a subscription opened without a
+        target, ``bus.subscribe(endpoint, delivery="caller")``.
+
+        Returns the message as a target would get it: decoded (``decoder``,
+        ``raw``, ``copy`` apply), as ``(topic, msg)`` with
+        ``with_topic=True``.  Raises TimeoutError if none came within
+        ``timeout`` seconds (None or math.inf: no limit; 0: only one already
+        queued); the subscription stays open and nothing is lost: a message
+        is taken from the socket only when it is returned.  A message that
+        does not decode is reported as it would be with a target (to
+        ``on_error``, else logged) and recv() waits for the next one.  Wakes
+        at least every 200 ms for signals, so Ctrl-C raises
+        KeyboardInterrupt here.  ValueError on a subscription that is closed
+        or has ended (its bus closed), or closed while recv() waits;
+        ``for msg in sub`` ends there instead.
+        """
+        cdef int total_ms = _timeout_ms(timeout, "timeout")
+        got, msg = self._recv(total_ms, "recv()")
+        if got:
+            return msg
+        if self.closed:
+            raise ValueError("recv() on a closed subscription")
+        raise TimeoutError(f"recv(): no message within {timeout} s; the subscription "
+                           "stays open")
+
+    def __iter__(self):
+        """``for msg in sub``: recv() with no timeout, until the subscription
+        (or its bus) is closed.  Only for a subscription opened without a
+        target."""
+        self._receiving_check("iteration")
+        return self
+
+    def __next__(self):
+        got, msg = self._recv(-1, "iteration")
+        if got:
+            return msg
+        raise StopIteration
+
+    cdef _receiving_check(self, str what):
+        self._check_process()
+        if self._inbox is None:
+            if not self._caller:
+                raise ValueError(f"{what} is for subscriptions opened without a target, "
+                                 "bus.subscribe(endpoint, delivery='caller'); this one "
+                                 "delivers to its target on its own thread")
+            raise ValueError(f"{what} is for subscriptions opened without a target, "
+                             "bus.subscribe(endpoint, delivery='caller'); this one delivers "
+                             "to its target: call poll()")
+
+    cdef tuple _recv(self, int total_ms, str what):
+        """(True, the message), or (False, None) once closed or after total_ms."""
+        cdef _Inbox inbox
+        self._receiving_check(what)
+        inbox = self._inbox
+        # A message held from a recv() an exception interrupted comes first.
+        if not inbox.full and not self.closed:
+            _in_signal_slices(self, _recv_step, NULL, total_ms)
+        if not inbox.full:
+            return False, None
+        msg, inbox.msg, inbox.full = inbox.msg, None, False
+        return True, msg
 
     def wait(self, timeout=None):
         """Wait for the loop to end by itself (StopDelivery, the end of its

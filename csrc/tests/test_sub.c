@@ -558,6 +558,51 @@ static int test_entry_never_comes(void)
     return 0;
 }
 
+/* uc_sub_poll_some returns with the first batch taken, not at its timeout:
+ * 10 queued, batch 7, no limit: 7, then the 3 left; with nothing queued it
+ * waits, and returns with the first message that comes. */
+static int test_poll_some(void)
+{
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    coll c;
+    coll_init(&c, 20);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 7);
+    so.start = NULL;
+    so.on_exit = NULL;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s && err == UC_OK);
+    atomic_store(&c.sub, s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    char payload[32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(p, "", payload), UC_OK);
+    }
+    size_t d = 99;
+    CHECK_EQ(uc_sub_poll_some(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 7);
+    CHECK_EQ(uc_sub_poll_some(s, WAIT_MS, 0, &d), UC_OK);
+    CHECK_EQ(d, 3);
+    CHECK_EQ(uc_sub_poll_some(s, 0, 0, &d), UC_OK); /* nothing queued */
+    CHECK_EQ(d, 0);
+    CHECK_EQ(send_str(p, "", "10"), UC_OK);
+    CHECK_EQ(uc_sub_poll_some(s, -1, 0, &d), UC_OK); /* no limit: returns with it */
+    CHECK_EQ(d, 1);
+    for (int i = 0; i < 11; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK(rec_is(&c.recs[i], "", payload));
+    }
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
 /* Stats: received/batches from the core, the rest added by the upper layer. */
 static int test_stats(void)
 {
@@ -609,6 +654,7 @@ int main(void)
     run("factories", test_factories);
     run("factory_fails_after_arranging", test_factory_fails_after_arranging);
     run("entry_never_comes", test_entry_never_comes);
+    run("poll_some", test_poll_some);
     run("stats", test_stats);
     if (fixtures_teardown() != 0)
         g_failed++;

@@ -117,6 +117,7 @@ cdef extern from "bus.h" nogil:
 
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
+    int uc_sub_poll_some(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
     int uc_sub_close(uc_sub *sub, int timeout_ms)
     void uc_sub_wake(uc_sub *sub)
     int uc_sub_finished(const uc_sub *sub)
