@@ -157,7 +157,12 @@ def test_timeout_of_another_type_is_a_type_error(which, value):
 @pytest.mark.parametrize("value", [math.inf, None, 0, 2, INT_MAX / 1000])
 def test_infinite_and_longest_timeouts_are_accepted(which, value):
     with upcall.Bus() as bus:
-        TIMEOUTS[which](bus, value)
+        try:
+            TIMEOUTS[which](bus, value)
+        except TimeoutError:
+            # Accepted, and expired: a delivery thread that has not ended
+            # yet on a busy machine makes close(timeout=0) time out.
+            assert value == 0
 
 
 def test_infinite_timeouts_mean_no_limit(endpoints):
