@@ -156,8 +156,10 @@ class AsyncSubscription:
     ``async for msg in sub`` yields each message (``(topic, msg)`` with
     ``with_topic=True``) in the order received.  Iteration ends when the
     subscription is closed: by :meth:`aclose`/:meth:`close`, by leaving
-    ``async with``, by cancelling the task waiting in it, by closing the bus,
-    or when its event loop is closed.  Closing discards what is still queued.
+    ``async with``, by closing the bus, or when its event loop is closed.
+    Closing discards what is still queued.  Cancelling the task waiting in
+    it (e.g. ``asyncio.wait_for``'s timeout) does not: nothing was taken,
+    and the next ``__anext__`` gets the next message.
 
     It also ends when the delivery loop ends by itself, after the messages
     queued before that end: with ``StopAsyncIteration`` when ``on_error``
@@ -225,9 +227,14 @@ class AsyncSubscription:
             try:
                 await waiter
             except asyncio.CancelledError:
-                # As for an async generator, cancelling the task that waits
-                # in it ends the subscription.
-                self.close()
+                # Nothing was taken (messages are taken above, never across
+                # an await): the subscription stays open and the next
+                # __anext__ gets what would have come now (wait_for's
+                # timeout is a cancellation).  A wake-up still pending
+                # finds no waiter, or the next one, which looks again.
+                with bridge.cond:
+                    if bridge.waiter is waiter:
+                        bridge.waiter = None
                 raise
 
     # ---- closing ----
