@@ -380,6 +380,22 @@ int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
 int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len);
 
+/* Readiness for an event loop waiting to send (it must not block in
+ * uc_pub_send): it watches, without the mutex, uc_pub_zmq_fd (the socket's
+ * ZMQ_FD: readable when the socket has commands to process, such as room
+ * appearing) and an eventfd of its own registered here, which is signalled
+ * whenever another sender (a thread, the coalescer's flusher, another
+ * watcher) has used the socket and may have left room or processed those
+ * commands, and when the publisher is shut down.  On either, it tries
+ * uc_pub_try_send again (registered first, then tried: no wake-up is lost).
+ * A uc_pub_try_send that finds the mark processes every command, so
+ * ZMQ_FD fires again on the next one: no wake-up while there is no room.
+ * Shutting down forgets every registered fd: unwatch before closing it, or
+ * after uc_pub_shutdown.  UC_ERR_CLOSED once shut down. */
+int uc_pub_watch(uc_pub *pub, int efd);
+void uc_pub_unwatch(uc_pub *pub, int efd);
+int uc_pub_zmq_fd(const uc_pub *pub);
+
 /* uc_pub_send_ex flags. */
 enum {
     UC_SEND_TRY = 1,      /* never wait for another sender's turn: UC_ERR_BUSY (with

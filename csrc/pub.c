@@ -24,7 +24,18 @@
  * max_delay after its first message: no message waits for a next send, and
  * Python is never involved.  The flusher sleeps on a condition variable over
  * the mutex, woken only when a batch opens while none was (a later batch
- * is due later: one deadline, the oldest, is all it needs). */
+ * is due later: one deadline, the oldest, is all it needs).
+ *
+ * An event loop waiting for room (send_async) cannot block in zmq_poll:
+ * it watches two fds, the socket's ZMQ_FD and an eventfd of its own
+ * registered here (uc_pub_watch).  ZMQ_FD says that the socket has commands
+ * to process (room appearing is one), but it is edge-like: whoever processes
+ * them next resets it, and that may be another sender.  So every release of
+ * the mutex after which a send may go (anything but a send that found the
+ * mark) signals the registered eventfds; a send that found the mark has
+ * processed every command (ZMQ_EVENTS, unthrottled), so the next one sets
+ * ZMQ_FD again.  Between them, no wake-up is lost and none is made while
+ * there is no room. */
 #define _GNU_SOURCE
 #include "bus_impl.h"
 
@@ -55,7 +66,7 @@ struct uc_pub {
     atomic_int linger_ms; /* ZMQ_LINGER at close (uc_pub_cap_linger may lower it) */
     pthread_mutex_t mu; /* serialises senders: zmq sockets are single-threaded */
     uc_pub_kind kind;
-    int zfd;            /* XPUB: ZMQ_FD, polled without the mutex by a readiness wait */
+    int zfd;            /* ZMQ_FD, polled without the mutex by a readiness wait */
     int subscriptions;  /* XPUB: subscribe minus unsubscribe messages read (mutex) */
     unsigned sends_since_drain; /* (mutex) */
     char last_endpoint[UC_ENDPOINT_MAX];
@@ -72,6 +83,12 @@ struct uc_pub {
     /* Closing (the closer's thread; uc_pub_cap_linger may lower the end). */
     int close_started;      /* uc_pub_close_flush ran once: shut down, linger begun */
     _Atomic int64_t close_until_ns;  /* the linger's end, monotonic; INT64_MAX: none */
+    /* Event loops waiting for room (uc_pub_watch): their eventfds, under wmu
+     * (never the senders' mutex: a sender may hold it at the mark). */
+    pthread_mutex_t wmu;
+    int *watch;
+    size_t watch_cap;
+    atomic_size_t n_watch;  /* read without wmu on every release of the mutex */
 };
 
 /* Sends between two readings of the subscription messages (see above): a
@@ -89,6 +106,21 @@ enum { SUBS_RECHECK_MS = 50 };
 enum { FLUSH_RETRY_MS = 1 };
 
 static void *flusher_main(void *arg);
+
+/* After a release of the senders' mutex following a send that may have
+ * left room (see the top): wake the event loops waiting for it.  One load
+ * when none waits.  seq_cst, after the release: a watcher registers, then
+ * tries the mutex; either its try sees our send, or this load sees it. */
+static void wake_watchers(uc_pub *p)
+{
+    if (!atomic_load_explicit(&p->n_watch, memory_order_seq_cst))
+        return;
+    pthread_mutex_lock(&p->wmu);
+    size_t n = atomic_load_explicit(&p->n_watch, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        uc_efd_signal(p->watch[i]);
+    pthread_mutex_unlock(&p->wmu);
+}
 
 /* The coalescing half of uc_pub_open: the batches and the flusher. */
 static int coalesce_open(uc_pub *p, const uc_pub_opts *o)
@@ -151,9 +183,15 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
     }
+    if ((e = pthread_mutex_init(&p->wmu, NULL)) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->efd < 0) {
         e = errno;
+        pthread_mutex_destroy(&p->wmu);
         pthread_mutex_destroy(&p->mu);
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
@@ -171,9 +209,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         /* Linger is set now too: if the process terminates the context
          * without closing us, it should not wait longer than asked. */
         if (p->sock
-            && (o->kind != UC_PUB
-                || (!uc_sock_set_int(p->sock, ZMQ_XPUB_VERBOSER, 1)
-                    && zmq_getsockopt(p->sock, ZMQ_FD, &p->zfd, &fd_len) == 0))
+            && zmq_getsockopt(p->sock, ZMQ_FD, &p->zfd, &fd_len) == 0
+            && (o->kind != UC_PUB || !uc_sock_set_int(p->sock, ZMQ_XPUB_VERBOSER, 1))
             && !uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)
@@ -196,6 +233,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             pthread_cond_destroy(&p->cv);
         }
         close(p->efd);
+        free(p->watch);
+        pthread_mutex_destroy(&p->wmu);
         pthread_mutex_destroy(&p->mu);
         free(p);
         return uc_open_failed(err, code, e);
@@ -251,8 +290,21 @@ static int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
                            const uc_oob_frame *frames, size_t n_frames)
 {
-    if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return errno == EAGAIN ? UC_ERR_AGAIN : UC_ERR_ZMQ;
+    if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        if (errno != EAGAIN)
+            return UC_ERR_ZMQ;
+        /* A send may skip the socket's commands (libzmq throttles that to
+         * once a millisecond or so): ZMQ_EVENTS processes them all, so room
+         * that has just appeared is seen, and ZMQ_FD is reset and fires
+         * again on the next command (a readiness wait relies on that). */
+        int events = 0;
+        size_t events_len = sizeof events;
+        if (zmq_getsockopt(p->sock, ZMQ_EVENTS, &events, &events_len) != 0
+            || !(events & ZMQ_POLLOUT))
+            return UC_ERR_AGAIN;
+        if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+            return errno == EAGAIN ? UC_ERR_AGAIN : UC_ERR_ZMQ;
+    }
     if (send_retry(p->sock, payload, payload_len, n_frames ? ZMQ_SNDMORE : 0) < 0)
         return UC_ERR_ZMQ;
     for (size_t i = 0; i < n_frames; i++) {
@@ -483,6 +535,12 @@ static void *flusher_main(void *arg)
                 rc = try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0);
             if (rc == UC_OK) {
                 uc_batch_clear(&p->co, b);
+                if (atomic_load_explicit(&p->n_watch, memory_order_seq_cst)) {
+                    /* Sent: an event loop waiting for room may try now. */
+                    pthread_mutex_unlock(&p->mu);
+                    wake_watchers(p);
+                    pthread_mutex_lock(&p->mu);
+                }
                 continue;
             }
             due = now + (int64_t)FLUSH_RETRY_MS * 1000000;
@@ -615,13 +673,16 @@ static int lock_sender(uc_pub *p, int flags)
     return UC_OK;
 }
 
-/* Release the mutex, then give back a loop's wake-up taken meanwhile. */
+/* Release the mutex, then give back a loop's wake-up taken meanwhile, and
+ * wake the event loops waiting for room unless this send found none. */
 static int unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
 {
     int e = errno;
     pthread_mutex_unlock(&p->mu);
     if (sc->took_loop_wake)
         uc_efd_signal(sc->caller_sub->efd);
+    if (rc != UC_ERR_AGAIN)
+        wake_watchers(p);
     errno = e;
     return rc;
 }
@@ -703,6 +764,7 @@ int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
         }
         int have = p->subscriptions, e = errno;
         pthread_mutex_unlock(&p->mu);
+        wake_watchers(p);   /* reading may have processed the socket's commands */
         if (count)
             *count = have;
         if (rc != UC_OK) {
@@ -734,6 +796,60 @@ void uc_pub_shutdown(uc_pub *p)
         return;
     atomic_store_explicit(&p->closing, 1, memory_order_relaxed);
     uc_efd_signal(p->efd);
+    /* The event loops waiting for room learn it from their next try; their
+     * eventfds are forgotten here (not written to after this returns). */
+    pthread_mutex_lock(&p->wmu);
+    size_t n = atomic_load_explicit(&p->n_watch, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        uc_efd_signal(p->watch[i]);
+    atomic_store_explicit(&p->n_watch, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&p->wmu);
+}
+
+int uc_pub_watch(uc_pub *p, int fd)
+{
+    if (!p || fd < 0)
+        return UC_ERR_ARG;
+    int rc = UC_OK;
+    pthread_mutex_lock(&p->wmu);
+    size_t n = atomic_load_explicit(&p->n_watch, memory_order_relaxed);
+    if (atomic_load_explicit(&p->closing, memory_order_relaxed)) {
+        rc = UC_ERR_CLOSED;
+    } else if (n == p->watch_cap) {
+        size_t cap = p->watch_cap ? p->watch_cap * 2 : 4;
+        int *w = realloc(p->watch, cap * sizeof *w);
+        if (!w)
+            rc = UC_ERR_NOMEM;
+        else
+            p->watch = w, p->watch_cap = cap;
+    }
+    if (rc == UC_OK) {
+        p->watch[n] = fd;
+        atomic_store_explicit(&p->n_watch, n + 1, memory_order_seq_cst);
+    }
+    pthread_mutex_unlock(&p->wmu);
+    return rc;
+}
+
+void uc_pub_unwatch(uc_pub *p, int fd)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->wmu);
+    size_t n = atomic_load_explicit(&p->n_watch, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++) {
+        if (p->watch[i] == fd) {
+            p->watch[i] = p->watch[n - 1];
+            atomic_store_explicit(&p->n_watch, n - 1, memory_order_relaxed);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->wmu);
+}
+
+int uc_pub_zmq_fd(const uc_pub *p)
+{
+    return p ? p->zfd : -1;
 }
 
 void uc_pub_cap_linger(uc_pub *p, int max_ms)
@@ -806,6 +922,8 @@ void uc_pub_close(uc_pub *p)
         uc_coal_free(&p->co);
         pthread_cond_destroy(&p->cv);
     }
+    free(p->watch);
+    pthread_mutex_destroy(&p->wmu);
     pthread_mutex_destroy(&p->mu);
     uc_bus *bus = p->bus;
     free(p);

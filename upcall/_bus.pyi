@@ -131,6 +131,10 @@ class Publisher:
         """Encode obj now; the awaitable sends it without blocking the event loop."""
     def _try_send(self, topic: bytes | str, payload: bytes | bytearray | memoryview) -> bool:
         """For send_async: send if that can be done without waiting at all."""
+    def _watch_room(self, efd: int) -> int:
+        """For send_async: register efd for wake-ups; return a dup of the socket's fd."""
+    def _unwatch_room(self, efd: int) -> None:
+        """Undo _watch_room before efd is closed."""
     def send_packed(self, topic: Topic, payload: Any, *, timeout: float | None = None) -> None: ...
     def send_many(self, topic: Topic, objs: Iterable[Any], *,
                   timeout: float | None = None) -> None:

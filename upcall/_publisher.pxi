@@ -346,8 +346,9 @@ cdef class Publisher:
         """Encode ``obj`` now; return an awaitable that sends ``[topic, payload]``
         without ever blocking the event loop.
 
-        At the high-water mark it waits on the event loop (retrying with a
-        short backoff) while other coroutines run.  ``timeout``: None waits
+        At the high-water mark it waits on the event loop, woken when the
+        socket may have room (no timer, no busy retry), while other
+        coroutines run.  ``timeout``: None waits
         until sent, 0 raises BlockingIOError if the message cannot go at once,
         a number of seconds raises TimeoutError after that long.  Cancelling
         the awaiting task leaves the message unsent.  See docs/asyncio.md.
@@ -376,6 +377,26 @@ cdef class Publisher:
             return False
         _check_rc(rc, "send_async")
         return True
+
+    def _watch_room(self, int efd):
+        """For send_async at the high-water mark: register the eventfd efd,
+        signalled when another sender may have left room (uc_pub_watch);
+        return a duplicate of the socket's ZMQ_FD, for the event loop to
+        watch too (the caller closes it: it stays valid, silent, once the
+        publisher is closed)."""
+        self._check_open()
+        _check_rc(uc_pub_watch(self._c, efd), "send_async")
+        try:
+            return os.dup(uc_pub_zmq_fd(self._c))
+        except BaseException:
+            uc_pub_unwatch(self._c, efd)
+            raise
+
+    def _unwatch_room(self, int efd):
+        """Undo _watch_room before efd is closed.  A closed publisher has
+        forgotten it already (its close shut it down first)."""
+        if self._c != NULL and self._fork_generation == _fork_generation:
+            uc_pub_unwatch(self._c, efd)
 
     def send_packed(self, topic, payload, *, timeout=None):
         """Send ``[topic, payload]`` where payload is already-encoded bytes

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -55,11 +56,6 @@ DEFAULT_QUEUE_SIZE = 16384
 # A delivery thread waiting for room (kind="pull") looks this often whether
 # the event loop has been closed, which no consumer would report.
 _ROOM_CHECK_S = 0.2
-
-# send_async at the high-water mark: first retry after this long, then twice
-# as long each time, up to _RETRY_MAX_S.
-_RETRY_FIRST_S = 0.0001
-_RETRY_MAX_S = 0.005
 
 
 class _Bridge(Handler):
@@ -156,8 +152,10 @@ class AsyncSubscription:
     ``async for msg in sub`` yields each message (``(topic, msg)`` with
     ``with_topic=True``) in the order received.  Iteration ends when the
     subscription is closed: by :meth:`aclose`/:meth:`close`, by leaving
-    ``async with``, by cancelling the task waiting in it, by closing the bus,
-    or when its event loop is closed.  Closing discards what is still queued.
+    ``async with``, by closing the bus, or when its event loop is closed.
+    Closing discards what is still queued.  Cancelling the task waiting in
+    it (e.g. ``asyncio.wait_for``'s timeout) does not: nothing was taken,
+    and the next ``__anext__`` gets the next message.
 
     It also ends when the delivery loop ends by itself, after the messages
     queued before that end: with ``StopAsyncIteration`` when ``on_error``
@@ -225,9 +223,14 @@ class AsyncSubscription:
             try:
                 await waiter
             except asyncio.CancelledError:
-                # As for an async generator, cancelling the task that waits
-                # in it ends the subscription.
-                self.close()
+                # Nothing was taken (messages are taken above, never across
+                # an await): the subscription stays open and the next
+                # __anext__ gets what would have come now (wait_for's
+                # timeout is a cancellation).  A wake-up still pending
+                # finds no waiter, or the next one, which looks again.
+                with bridge.cond:
+                    if bridge.waiter is waiter:
+                        bridge.waiter = None
                 raise
 
     # ---- closing ----
@@ -303,27 +306,75 @@ class AsyncSubscription:
         return self._sub.thread_name
 
 
+# How often send_async's wait was woken before the message went (all
+# publishers): the test of the readiness wait reads it.
+_send_wakeups = 0
+
+
+def _drain(efd: int) -> None:
+    try:
+        os.read(efd, 8)
+    except BlockingIOError:         # not signalled (woken by the socket's fd)
+        pass
+
+
 async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
                           timeout: float | None) -> None:
     """Publisher.send_async's awaitable: send now if the socket takes it,
-    else retry on the event loop with a growing pause (other coroutines run
-    meanwhile) until sent, or until ``timeout`` seconds have passed."""
+    else wait on the event loop (other coroutines run meanwhile) until the
+    socket may have room, and try again; until sent, or until ``timeout``
+    seconds have passed.
+
+    The wait is readiness, not a timer: the loop watches the socket's
+    ZMQ_FD (room appearing is a command for the socket) and an eventfd the
+    C core signals after another sender used the socket (it may have taken
+    that wake-up, or left room).  A try that finds the mark processes the
+    socket's commands, so ZMQ_FD fires again only when something changes.
+    csrc/bus.h, uc_pub_watch."""
+    global _send_wakeups
     if pub._try_send(topic, payload):
         return
     if timeout == 0:
         raise BlockingIOError("send_async would block (high-water mark reached)")
     loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    pause = _RETRY_FIRST_S
-    while True:
-        if deadline is None:
-            await asyncio.sleep(pause)
-        else:
-            left = deadline - loop.time()
-            if left <= 0:
+    waiter: asyncio.Future[None] | None = None
+    expired = False
+
+    def ready() -> None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        ready()
+
+    efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    zfd = -1
+    timer = None
+    try:
+        zfd = pub._watch_room(efd)
+        loop.add_reader(efd, ready)
+        loop.add_reader(zfd, ready)
+        if timeout is not None:
+            timer = loop.call_later(timeout, expire)
+        while True:
+            waiter = loop.create_future()
+            # Watched before this try: room made after it wakes the waiter.
+            if pub._try_send(topic, payload):
+                return
+            if expired:
                 raise TimeoutError(f"send_async did not complete within {timeout} s "
                                    "(high-water mark reached)")
-            await asyncio.sleep(min(pause, left))
-        if pub._try_send(topic, payload):
-            return
-        pause = min(pause * 2, _RETRY_MAX_S)
+            await waiter
+            _send_wakeups += 1
+            _drain(efd)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if zfd >= 0:
+            loop.remove_reader(zfd)
+            loop.remove_reader(efd)
+            os.close(zfd)
+        pub._unwatch_room(efd)
+        os.close(efd)

@@ -155,6 +155,9 @@ cdef extern from "bus.h" nogil:
                     const void *payload, size_t payload_len, int timeout_ms)
     int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,
                         const void *payload, size_t payload_len)
+    int uc_pub_watch(uc_pub *pub, int efd)
+    void uc_pub_unwatch(uc_pub *pub, int efd)
+    int uc_pub_zmq_fd(const uc_pub *pub)
     int uc_pub_wait_subscriptions(uc_pub *pub, int n, int timeout_ms, int *count) nogil
     int uc_pub_flush(uc_pub *pub, int timeout_ms, int flags)
     size_t uc_pub_pending(uc_pub *pub)
