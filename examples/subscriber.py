@@ -40,8 +40,9 @@ def main(count):
             except ValueError:       # the bus was closed: no more ticks
                 pass
 
-        threading.Thread(target=feed, daemon=True).start()
         try:
+            # Ctrl-C can come as soon as ticks flow: the feeder starts inside.
+            threading.Thread(target=feed, daemon=True).start()
             bus.wait()               # until the bus is closed; Ctrl-C raises here
             print("the bus was closed")
         except KeyboardInterrupt:
