@@ -26,9 +26,9 @@ MAX_REDO = 3
 def add_arguments(parser):
     g = parser.add_argument_group("codec")
     g.add_argument("--codec-repeats", type=int, default=None, metavar="N",
-                   help="timed repeats per variant (default 15, quick 3)")
+                   help="timed repeats per variant (default 7, full 15, quick 3)")
     g.add_argument("--codec-doc-mb", type=float, default=None, metavar="MB",
-                   help="size of the large document, packed (default 20, quick 0.2)")
+                   help="size of the large document, packed (default 5, full 20, quick 0.2)")
 
 
 # ---------------------------------------------------------------- measuring
@@ -87,8 +87,9 @@ def _codecs():
 
 def run(opts):
     quick = getattr(opts, "quick", False)
-    repeats = getattr(opts, "codec_repeats", None) or (3 if quick else 15)
-    doc_mb = getattr(opts, "codec_doc_mb", None) or (0.2 if quick else 20)
+    full = getattr(opts, "full", False) and not quick
+    repeats = getattr(opts, "codec_repeats", None) or (3 if quick else 15 if full else 7)
+    doc_mb = getattr(opts, "codec_doc_mb", None) or (0.2 if quick else 20 if full else 5)
     small_s = 0.002 if quick else 0.05      # seconds per timed run, small message
     codecs = _codecs()
 

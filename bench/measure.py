@@ -107,22 +107,66 @@ def busy_fraction(window: float = 0.2) -> float:
     return psutil.cpu_percent(interval=window) / 100.0
 
 
+#: Called while :func:`wait_for_idle` waits: ``listener(busy, waited, timeout)``
+#: after each busy sample, ``listener(None, waited, timeout)`` once the wait is
+#: over.  bench.progress registers one, so that the progress line says what
+#: the benchmark is waiting for.
+WAIT_LISTENERS: list[Callable[[float | None, float, float], None]] = []
+
+#: Seconds all idle waits of this process may still take (None: no limit).
+#: Once spent, each wait is one sample: the run starts on a busy machine and
+#: its monitor (:class:`LoadMonitor`) says whether it was disturbed.
+_idle_budget: float | None = None
+#: Seconds waited, and waits that gave up, so far (for the closing summary).
+idle_waited = 0.0
+idle_gave_up = 0
+
+
+def set_idle_budget(seconds: float | None) -> None:
+    """Limit the total time every later :func:`wait_for_idle` may wait."""
+    global _idle_budget
+    _idle_budget = seconds
+
+
+def _tell(busy: float | None, waited: float, timeout: float) -> None:
+    for listener in list(WAIT_LISTENERS):
+        listener(busy, waited, timeout)
+
+
 def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
                   timeout: float = 60.0) -> tuple[bool, float]:
     """Wait until the machine's CPUs are at most ``max_busy`` busy.
 
     Samples ``busy_fraction(window)`` until one sample is quiet enough or
-    ``timeout`` seconds pass.  Returns (idle reached, last busy fraction).
+    ``timeout`` seconds pass (less if the budget of :func:`set_idle_budget`
+    runs out).  Returns (idle reached, last busy fraction).
     ``max_busy`` is a fraction of *all* CPUs: 0.10 on 2 CPUs allows 20% of
-    one core (the sampling itself, a terminal, a stray daemon).
+    one core (the sampling itself, a terminal, a stray daemon).  While it
+    waits, :data:`WAIT_LISTENERS` hear how busy the machine is.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        busy = busy_fraction(window)
-        if busy <= max_busy:
-            return True, busy
-        if time.monotonic() >= deadline:
-            return False, busy
+    global idle_waited, idle_gave_up, _idle_budget
+    if _idle_budget is not None:
+        timeout = max(0.0, min(timeout, _idle_budget))
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    told = False
+    try:
+        while True:
+            busy = busy_fraction(window)
+            if busy <= max_busy:
+                return True, busy
+            if time.monotonic() >= deadline:
+                idle_gave_up += 1
+                return False, busy
+            told = True
+            _tell(busy, time.monotonic() - t0, timeout)
+    finally:
+        waited = time.monotonic() - t0
+        idle_waited += waited
+        if _idle_budget is not None:
+            _idle_budget = max(0.0, _idle_budget - waited)
+        if told:
+            _tell(None, waited, timeout)
 
 
 def _pid_cpu(pid: int, reaped_children: bool = False) -> float | None:

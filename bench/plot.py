@@ -1,22 +1,31 @@
 """Bar charts of benchmark records: ``plot(records, "out.png")``.
 
-One row of panels per section; within a section, one panel per metric
-(the ones listed in :data:`METRICS` for that section, otherwise the numeric
-fields common to its records) with one group of bars per ``transport`` (or
-other grouping field) and one bar per ``mode`` (or label field).  Records
-are the dicts the sections return (with the ``section`` key the dispatcher
-adds).  matplotlib is imported only here, with the Agg backend, so the
-benchmark itself never needs it.
+One figure per section, written beside ``out.png`` as ``out-<section>.png``
+(``plot`` returns the paths).  Within a section's figure, one panel per
+metric (the ones listed in :data:`METRICS` for that section, otherwise the
+numeric fields common to its records), with one group of bars per
+``transport`` (or other grouping field) and one bar per row name (``mode``,
+``codec``, ``variant`` ...).  A row keeps its colour in every panel, the
+colours are distinct (up to 40 rows), and one legend per figure, beside the
+panels, names the rows.  Records are the dicts the sections return (with the
+``section`` key the dispatcher adds).  matplotlib is imported only here, with
+the Agg backend, so the benchmark itself never needs it.
 """
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
+__all__ = ["plot", "figures", "figure_path"]
+
 #: Metrics drawn per section: (field, axis label, whether lower is better).
 METRICS: dict[str, list[tuple[str, str, bool]]] = {
-    "upcalls": [("rate", "upcalls/s", False)],
+    "codec": [("ns_per_op", "small message: ns per call", True),
+              ("mb_per_s", "large document: MB/s", False)],
+    "upcalls": [("rate", "upcalls/s (log scale)", False)],
     "contention": [("delivered_ratio", "delivered / offered", False),
                    ("busy_ratio", "busy loop speed / alone", False),
                    ("p99_ms", "latency p99 ms", True)],
@@ -31,15 +40,16 @@ METRICS: dict[str, list[tuple[str, str, bool]]] = {
 #: Sections drawn on a log scale (rates spanning decades).
 LOG_SECTIONS = {"upcalls", "contention"}
 #: Per-section (label field, group field) when the guessed ones do not fit.
-FIELDS_BY_SECTION = {"upcalls": ("variant", "case"), "contention": ("variant", "case")}
+FIELDS_BY_SECTION = {"upcalls": ("variant", "case"), "contention": ("variant", "case"),
+                     "codec": ("codec", "op")}
+#: Error bar fields of a metric whose names do not follow ``<field>_min``.
+ERROR_FIELDS = {"ns_per_op": ("min_ns", "max_ns"), "mb_per_s": ("min_mb_per_s", "max_mb_per_s")}
 
 #: Fields that name the bar within a group, and the group, tried in order.
-LABEL_FIELDS = ("mode", "variant", "label", "name", "target")
-GROUP_FIELDS = ("transport", "thread", "group", "case")
+LABEL_FIELDS = ("mode", "variant", "codec", "impl", "label", "name", "target")
+GROUP_FIELDS = ("transport", "thread", "group", "case", "op")
 #: Fields never drawn when metrics are guessed.
 SKIP_FIELDS = {"n", "repeats", "round_trips", "seconds", "disturbed_runs", "lost", "section"}
-
-#: Error bars come from ``<field>_min``/``<field>_max`` when present.
 
 
 def _num(v: Any) -> bool:
@@ -62,6 +72,8 @@ def _guess_metrics(recs: Sequence[dict]) -> list[tuple[str, str, bool]]:
 
 
 def _minmax_keys(field: str) -> tuple[str, str]:
+    if field in ERROR_FIELDS:
+        return ERROR_FIELDS[field]
     # rate -> rate_min; cpu_us_per_msg -> cpu_us_min (the bus section's short name)
     stem = field[:-len("_per_msg")] if field.endswith("_per_msg") else field
     return f"{stem}_min", f"{stem}_max"
@@ -78,65 +90,114 @@ def _import_pyplot():
     return plt
 
 
-def plot(records: Sequence[dict], path: str) -> None:
-    """Draw one panel per (section, metric) into the PNG at ``path``."""
-    plt = _import_pyplot()
+def _colours(n: int) -> list:
+    """``n`` distinct colours: tab10 up to 10, tab20 up to 20, then tab20b/c."""
+    from matplotlib import colormaps
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    pool = ([colormaps["tab20"](i) for i in range(20)] + [colormaps["tab20b"](i) for i in range(20)]
+            + [colormaps["tab20c"](i) for i in range(20)])
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def figure_path(path: str, section: str) -> str:
+    """``out.png`` + section ``bus publishing`` -> ``out-bus-publishing.png``."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-{re.sub(r'[^A-Za-z0-9]+', '-', section).strip('-')}{ext or '.png'}"
+
+
+def _sections(records: Sequence[dict]) -> "OrderedDict[str, list[dict]]":
     sections: "OrderedDict[str, list[dict]]" = OrderedDict()
     for r in records:
         sections.setdefault(r.get("section", "results"), []).append(r)
-    panels = []
-    for name, recs in sections.items():
+    return sections
+
+
+def _fields(name: str, recs: Sequence[dict]) -> tuple[str | None, str | None]:
+    if name in FIELDS_BY_SECTION and all(f in r for f in FIELDS_BY_SECTION[name] for r in recs):
+        return FIELDS_BY_SECTION[name]
+    return _first_field(recs, LABEL_FIELDS), _first_field(recs, GROUP_FIELDS)
+
+
+def figures(records: Sequence[dict]) -> list[tuple[str, Any]]:
+    """[(section, matplotlib figure)]: one figure per section with something to draw."""
+    plt = _import_pyplot()
+    out = []
+    for name, recs in _sections(records).items():
         metrics = METRICS.get(name) or _guess_metrics(recs)
         metrics = [m for m in metrics if any(_num(r.get(m[0])) for r in recs)]
         if metrics:
-            panels.append((name, recs, metrics))
-    if not panels:
+            out.append((name, _figure(plt, name, recs, metrics)))
+    if not out:
         raise ValueError("nothing numeric to plot")
-    ncols = max(len(m) for _, _, m in panels)
-    fig, axes = plt.subplots(len(panels), ncols, figsize=(4.6 * ncols, 3.6 * len(panels)),
+    return out
+
+
+def _figure(plt, name: str, recs: Sequence[dict], metrics):
+    label_f, group_f = _fields(name, recs)
+
+    def label_of(i: int, r: dict) -> str:
+        return str(r.get(label_f)) if label_f else f"row {i + 1}"
+
+    labels = list(OrderedDict.fromkeys(label_of(i, r) for i, r in enumerate(recs)))
+    colour = dict(zip(labels, _colours(len(labels))))
+    groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
+    ncols = min(2, len(metrics))
+    nrows = -(-len(metrics) // ncols)
+    # Wide enough for the bars; the legend gets a column of its own on the right.
+    panel_w = max(4.5, min(9.0, 0.9 + 0.22 * len(recs) / max(1, nrows)))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + 3.2, 3.4 * nrows + 0.6),
                              squeeze=False)
-    for row, (name, recs, metrics) in enumerate(panels):
-        label_f = _first_field(recs, LABEL_FIELDS)
-        group_f = _first_field(recs, GROUP_FIELDS)
-        if name in FIELDS_BY_SECTION:
-            label_f, group_f = FIELDS_BY_SECTION[name]
-        labels = list(OrderedDict.fromkeys(str(r.get(label_f, i)) if label_f else str(i)
-                                           for i, r in enumerate(recs)))
-        groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
-        for col in range(ncols):
-            ax = axes[row][col]
-            if col >= len(metrics):
-                ax.axis("off")
-                continue
-            field, axis_label, lower_better = metrics[col]
-            lo_k, hi_k = _minmax_keys(field)
-            width = 0.8 / max(1, len(labels))
-            for j, lab in enumerate(labels):
-                xs, ys, err_lo, err_hi = [], [], [], []
-                for g_i, g in enumerate(groups):
-                    for i, r in enumerate(recs):
-                        rl = str(r.get(label_f, i)) if label_f else str(i)
-                        if rl != lab or (group_f and str(r[group_f]) != g):
-                            continue
-                        v = r.get(field)
-                        if not _num(v):
-                            continue
-                        xs.append(g_i + (j - (len(labels) - 1) / 2) * width)
-                        ys.append(v)
-                        lo, hi = r.get(lo_k), r.get(hi_k)
-                        err_lo.append(v - lo if _num(lo) else 0)
-                        err_hi.append(hi - v if _num(hi) else 0)
-                if xs:
-                    ax.bar(xs, ys, width, label=lab, yerr=[err_lo, err_hi], capsize=2)
-            ax.set_xticks(range(len(groups)))
-            ax.set_xticklabels(groups)
-            ax.set_title(f"{name}: {axis_label}" + (" (lower is better)" if lower_better else ""),
-                         fontsize=9)
-            ax.tick_params(labelsize=8)
-            if name in LOG_SECTIONS:
-                ax.set_yscale("log")
-            if col == 0:
-                ax.legend(fontsize=6 if len(labels) > 8 else 7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles: dict[str, Any] = {}
+    for k, (field, axis_label, lower_better) in enumerate(metrics):
+        ax = axes[k // ncols][k % ncols]
+        lo_k, hi_k = _minmax_keys(field)
+        centres = []
+        for g_i, g in enumerate(groups):
+            # Only the rows this group has, side by side, in the legend's order.
+            rows = [(label_of(i, r), r) for i, r in enumerate(recs)
+                    if (not group_f or str(r[group_f]) == g) and _num(r.get(field))]
+            rows.sort(key=lambda lr: labels.index(lr[0]))
+            width = 0.8 / max(1, len(rows))
+            for j, (lab, r) in enumerate(rows):
+                v = r[field]
+                lo, hi = r.get(lo_k), r.get(hi_k)
+                err = [[v - lo if _num(lo) else 0], [hi - v if _num(hi) else 0]]
+                x = g_i + (j - (len(rows) - 1) / 2) * width
+                bars = ax.bar([x], [v], width, color=colour[lab], yerr=err, capsize=2,
+                              error_kw={"elinewidth": 0.8})
+                handles.setdefault(lab, bars[0])
+            centres.append(g_i)
+        ax.set_xticks(centres)
+        ax.set_xticklabels(groups, fontsize=8)
+        ax.set_title(axis_label + (" (lower is better)" if lower_better else
+                                   " (higher is better)"), fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        if name in LOG_SECTIONS:
+            ax.set_yscale("log")
+    for k in range(len(metrics), nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    fig.suptitle(f"{name}" + (f": bars grouped by {group_f}" if group_f else "")
+                 + "; whiskers: min-max of the repeats", fontsize=10)
+    ordered = [lab for lab in labels if lab in handles]
+    fig.legend([handles[lab] for lab in ordered], ordered, loc="center left",
+               bbox_to_anchor=(1.0 - 3.1 / fig.get_figwidth(), 0.5), fontsize=7,
+               title=label_f or "row", title_fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1.0 - 3.2 / fig.get_figwidth(), 0.95))
+    return fig
+
+
+def plot(records: Sequence[dict], path: str) -> list[str]:
+    """One PNG per section beside ``path`` (see :func:`figure_path`); the paths."""
+    plt = _import_pyplot()
+    written = []
+    for name, fig in figures(records):
+        out = figure_path(path, name)
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        written.append(out)
+    return written

@@ -18,7 +18,8 @@ def test_plain_lines_when_not_a_terminal():
     assert list(progress.track(range(25), "codec", 25, stream=out)) == list(range(25))
     lines = out.getvalue().splitlines()
     assert len(lines) == 10                       # one per tenth, not one per run
-    assert lines[0] == "codec: 3/25 runs done" and lines[-1] == "codec: 25/25 runs done"
+    assert lines[0].startswith("codec: 3/25 runs done, about ")
+    assert lines[-1] == "codec: 25/25 runs done"
     assert "\r" not in out.getvalue()
 
 
@@ -39,3 +40,83 @@ def test_nothing_total():
     with progress.Progress("empty", 0, stream=out):
         pass
     assert out.getvalue() == ""
+
+
+measure = bench_module("measure")
+report = bench_module("report")
+
+
+def test_plain_lines_estimate_the_time_left():
+    out = io.StringIO()
+    list(progress.track(range(4), "upcalls", 4, stream=out))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4
+    for line in lines[:-1]:
+        assert line.startswith("upcalls: ") and ", about " in line and line.endswith(" left"), line
+    assert lines[-1] == "upcalls: 4/4 runs done"      # nothing left to estimate
+
+
+def test_a_plain_stream_hears_what_a_long_wait_waits_for(monkeypatch):
+    # A wait shown at once (instead of after a few seconds), on a machine
+    # that can never be idle enough (at most -1 busy): it waits its whole timeout.
+    monkeypatch.setattr(progress, "WAIT_SHOWN_AFTER", 0.0)
+    out = io.StringIO()
+    with progress.Progress("bus tcp", 3, stream=out) as p:
+        p.step("flood native")
+        idle, busy = measure.wait_for_idle(max_busy=-1.0, timeout=0.5)
+    assert not idle
+    lines = out.getvalue().splitlines()
+    waiting = [line for line in lines if "waiting" in line]
+    assert len(waiting) == 1, lines                  # once per wait, not once per sample
+    assert waiting[0].startswith("bus tcp: waiting for the machine to go idle: ")
+    assert waiting[0].endswith("% busy, up to 0.5 s")
+    assert lines[-1].startswith("bus tcp: waited ") and lines[-1].endswith(" s for an idle machine")
+    assert measure.WAIT_LISTENERS == []              # closed: no longer listening
+
+
+def test_the_bar_says_what_it_waits_for():
+    out = Terminal()
+    with progress.Progress("upcalls", 2, stream=out) as p:
+        p.step("python / native")
+        measure.wait_for_idle(max_busy=-1.0, timeout=0.3)
+        p.step("Handler / native")
+    text = out.getvalue()
+    assert "upcalls  [##########..........]  1/2  waiting for the machine to go idle: " in text
+    assert "% busy, 0/0.3 s" in text
+    # once the wait is over the bar says what runs again, with the estimate
+    assert "1/2  python / native  ~" in text and " left" in text
+
+
+def test_an_idle_budget_bounds_every_wait():
+    measure.set_idle_budget(0.0)
+    try:
+        waited = measure.idle_waited
+        idle, _ = measure.wait_for_idle(max_busy=-1.0, timeout=600.0)   # one sample, no more
+        assert not idle and measure.idle_waited - waited < 60
+    finally:
+        measure.set_idle_budget(None)
+
+
+def test_target_lines_say_met_or_missed():
+    met = report.target_line("coalesced / synthetic: rate", 0.93, ">=", 0.8)
+    missed = report.target_line("coalesced / synthetic: rate", 0.73, ">=", 0.8)
+    none = report.target_line("native / c-pingpong: p50", float("nan"), "<=", 1.1)
+    assert met == "   [met]    coalesced / synthetic: rate 0.93x (target >= 0.80x)"
+    assert missed == "   [MISSED] coalesced / synthetic: rate 0.73x (target >= 0.80x)"
+    assert none.startswith("   [no figure] native / c-pingpong: p50 -")
+    assert report.target_met(1.2, "<=", 1.1) is False and report.target_met(1.0, "<=", 1.1)
+
+
+def test_a_narrow_table_fits_120_columns(monkeypatch):
+    monkeypatch.setattr(report, "WIDE", False)
+    summary = measure.summarize([1.0e6, 1.1e6, 1.2e6])
+    rows = [{"mode": "zmq.asyncio-await", "s": summary}] * 3
+    cols = [report.Column("mode")] + [
+        report.Column(f"s{i}", report.range_header("msgs/s"), get=lambda r: r["s"],
+                      fmt=lambda s: report.fmt_range(s, report.fmt_rate), align=">")
+        for i in range(8)]
+    text = report.render(rows, cols, title="a title " * 40, note="   a note " * 30)
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+    assert "1.10M ±9%" in text and "(1.00M-1.20M)" not in text
+    monkeypatch.setattr(report, "WIDE", True)
+    assert "1.10M (1.00M-1.20M)" in report.render(rows, cols)
