@@ -109,14 +109,15 @@ def run(opts):
     gc.collect()
     gc.freeze()
     try:
-        _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows)
+        with progress.Progress("codec", 4 * len(codecs) * repeats) as shown:
+            _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows, shown)
     finally:
         gc.unfreeze()
     _print(rows)
     return rows
 
 
-def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows):
+def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows, shown):
     for op, workload in (("unpackb", "small"), ("packb", "small"),
                          ("unpackb", "large"), ("packb", "large")):
         if workload == "small":
@@ -130,9 +131,9 @@ def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows):
             number = 1
         res = {name: [] for name, _ in variants}
         runs = measure.interleave(variants, repeats, order="mirror")
-        for _, (name, fn) in progress.track(runs, f"codec {op} {workload}",
-                                            len(variants) * repeats):
+        for _, (name, fn) in runs:
             res[name].append(_per_call(fn, arg, number))
+            shown.step(f"{op} {workload} {name}")
         med = {n: statistics.median(v) for n, v in res.items()}
         for name, times in res.items():
             rec = {"op": op, "workload": workload, "codec": name, "repeats": repeats,

@@ -144,11 +144,13 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
     labels = list(OrderedDict.fromkeys(label_of(i, r) for i, r in enumerate(recs)))
     colour = dict(zip(labels, _colours(len(labels))))
     groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
+    # The legend gets a column of its own on the right, as wide as its longest name.
+    legend_w = 0.9 + 0.065 * max([len(lab) for lab in labels] + [len(label_f or "row")])
     ncols = min(2, len(metrics))
     nrows = -(-len(metrics) // ncols)
-    # Wide enough for the bars; the legend gets a column of its own on the right.
+    # Wide enough for the bars.
     panel_w = max(4.5, min(9.0, 0.9 + 0.22 * len(recs) / max(1, nrows)))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + 3.2, 3.4 * nrows + 0.6),
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + legend_w, 3.4 * nrows + 0.6),
                              squeeze=False)
     handles: dict[str, Any] = {}
     for k, (field, axis_label, lower_better) in enumerate(metrics):
@@ -185,9 +187,9 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
                  + "; whiskers: min-max of the repeats", fontsize=10)
     ordered = [lab for lab in labels if lab in handles]
     fig.legend([handles[lab] for lab in ordered], ordered, loc="center left",
-               bbox_to_anchor=(1.0 - 3.1 / fig.get_figwidth(), 0.5), fontsize=7,
+               bbox_to_anchor=(1.0 - (legend_w - 0.1) / fig.get_figwidth(), 0.5), fontsize=7,
                title=label_f or "row", title_fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1.0 - 3.2 / fig.get_figwidth(), 0.95))
+    fig.tight_layout(rect=(0, 0, 1.0 - legend_w / fig.get_figwidth(), 0.95))
     return fig
 
 

@@ -76,7 +76,7 @@ class Progress:
     def _eta(self, words: str) -> str:
         """``words`` with the estimate in it, or "" before the first run and after the last."""
         left = self.left()
-        if left is None or self.done >= self.total:
+        if left is None or self.done >= self.total or left < 1:
             return ""
         return words.format(fmt_duration(left))
 

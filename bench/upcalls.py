@@ -192,8 +192,8 @@ def run(opts) -> list[dict]:
         idle = 0.5 if opts.quick else 10.0 if full else 2.0
     vs = variants(n, default_batch)
     print(f"\n## upcalls: {n:,} upcalls per run (per-upcall Ensure: "
-          f"{max(1000, n // PER_UPCALL_DIVISOR):,}), {repeats} repeats interleaved, "
-          f"DEFAULT_BATCH={default_batch}, switch interval {sys.getswitchinterval() * 1e3:g} ms",
+          f"{max(1000, n // PER_UPCALL_DIVISOR):,}), {repeats} repeat(s) interleaved,\n"
+          f"   DEFAULT_BATCH={default_batch}, switch interval {sys.getswitchinterval() * 1e3:g} ms",
           flush=True)
     with upcall.Bus() as bus:
         # warm-up: thread states, caches, the codec's key cache
