@@ -7,7 +7,9 @@ numeric fields common to its records), with one group of bars per
 ``transport`` (or other grouping field) and one bar per row name (``mode``,
 ``codec``, ``variant`` ...).  A row keeps its colour in every panel, the
 colours are distinct (up to 40 rows), and one legend per figure, beside the
-panels, names the rows.  Records are the dicts the sections return (with the
+panels, names the rows.  A section whose every row is in one group only (the
+upcalls section: one row per variant) gets one horizontal bar per row
+instead, named on the axis and coloured by its group, which the legend names.  Records are the dicts the sections return (with the
 ``section`` key the dispatcher adds).  matplotlib is imported only here, with
 the Agg backend, so the benchmark itself never needs it.
 """
@@ -42,6 +44,13 @@ LOG_SECTIONS = {"upcalls", "contention"}
 #: Per-section (label field, group field) when the guessed ones do not fit.
 FIELDS_BY_SECTION = {"upcalls": ("variant", "case"), "contention": ("variant", "case"),
                      "codec": ("codec", "op")}
+#: Legend names of a section's groups, where the field's values are terse.
+GROUP_NAMES = {"upcalls": {"classic": "the classic table (adopt)",
+                           "gil": "per-upcall Ensure",
+                           "batch": "batch size (adopt)",
+                           "native": "native nogil handlers",
+                           "payload": "80-byte map payload",
+                           "ceiling": "ceiling: C loop, GIL held"}}
 #: Error bar fields of a metric whose names do not follow ``<field>_min``.
 ERROR_FIELDS = {"ns_per_op": ("min_ns", "max_ns"), "mb_per_s": ("min_mb_per_s", "max_mb_per_s")}
 
@@ -96,10 +105,73 @@ def _colours(n: int) -> list:
     if n <= 10:
         return [colormaps["tab10"](i) for i in range(n)]
     if n <= 20:
-        return [colormaps["tab20"](i) for i in range(n)]
+        # tab20 pairs a dark and a light shade of each hue: the ten dark ones
+        # first, so that neighbouring bars never share a hue.
+        order = list(range(0, 20, 2)) + list(range(1, 20, 2))
+        return [colormaps["tab20"](order[i]) for i in range(n)]
     pool = ([colormaps["tab20"](i) for i in range(20)] + [colormaps["tab20b"](i) for i in range(20)]
             + [colormaps["tab20c"](i) for i in range(20)])
     return [pool[i % len(pool)] for i in range(n)]
+
+
+def _merged_order(lists: Sequence[Sequence[str]]) -> list[str]:
+    """One order for the names of several lists, each list's order kept:
+    a name first seen in a later list goes right after its predecessor there
+    (so a row missing from the first group does not move to the end)."""
+    out: list[str] = []
+    for names in lists:
+        prev = None
+        for name in names:
+            if name not in out:
+                out.insert(out.index(prev) + 1 if prev is not None else 0, name)
+            prev = name
+    return out
+
+
+def _axis_formatter():
+    """Tick labels as the tables write them: 1.5M, 250k, 12.5, 0.25."""
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v, _pos):
+        a = abs(v)
+        if a >= 1e6:
+            return f"{v / 1e6:g}M"
+        if a >= 1e4:
+            return f"{v / 1e3:g}k"
+        return f"{v:g}"
+    return FuncFormatter(fmt)
+
+
+def _value_text(v: float) -> str:
+    """A bar's value as the tables write it: 13.0M, 250k, 1090, 11.3."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.1f}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.0f}k"
+    if a >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}"
+
+
+def _clip_outliers(ax, values: Sequence[float], bars: Sequence[tuple[float, float]]) -> None:
+    """A bar far above the others (more than 4x the median) would flatten
+    them: cut the axis above the rest and write the cut bars' values on them
+    (``13.0M ^``)."""
+    vals = sorted(v for v in values if v > 0)
+    if len(vals) < 3:
+        return
+    med = vals[len(vals) // 2]
+    rest = [v for v in vals if v <= 4 * med]
+    if len(rest) == len(vals):
+        return
+    cap = max(rest) * 1.3
+    ax.set_ylim(0, cap)
+    for x, v in bars:
+        if v > cap:
+            ax.text(x, cap * 0.98, _value_text(v) + " ^", rotation=90, ha="center", va="top",
+                    fontsize=6, bbox={"facecolor": "white", "alpha": 0.8, "pad": 1,
+                                      "linewidth": 0})
 
 
 def figure_path(path: str, section: str) -> str:
@@ -141,7 +213,12 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
     def label_of(i: int, r: dict) -> str:
         return str(r.get(label_f)) if label_f else f"row {i + 1}"
 
-    labels = list(OrderedDict.fromkeys(label_of(i, r) for i, r in enumerate(recs)))
+    labels = _merged_order([[label_of(i, r) for i, r in enumerate(recs)
+                             if not group_f or r[group_f] == g]
+                            for g in OrderedDict.fromkeys(r[group_f] for r in recs)]
+                           if group_f else [[label_of(i, r) for i, r in enumerate(recs)]])
+    if group_f and len(labels) == len(recs):
+        return _rows_figure(plt, name, recs, metrics, label_f, group_f)
     colour = dict(zip(labels, _colours(len(labels))))
     groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
     # The legend gets a column of its own on the right, as wide as its longest name.
@@ -156,7 +233,7 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
     for k, (field, axis_label, lower_better) in enumerate(metrics):
         ax = axes[k // ncols][k % ncols]
         lo_k, hi_k = _minmax_keys(field)
-        centres = []
+        centres, drawn = [], []
         for g_i, g in enumerate(groups):
             # Only the rows this group has, side by side, in the legend's order.
             rows = [(label_of(i, r), r) for i, r in enumerate(recs)
@@ -171,6 +248,7 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
                 bars = ax.bar([x], [v], width, color=colour[lab], yerr=err, capsize=2,
                               error_kw={"elinewidth": 0.8})
                 handles.setdefault(lab, bars[0])
+                drawn.append((x, v))
             centres.append(g_i)
         ax.set_xticks(centres)
         ax.set_xticklabels(groups, fontsize=8)
@@ -181,6 +259,9 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
         ax.set_axisbelow(True)
         if name in LOG_SECTIONS:
             ax.set_yscale("log")
+        else:
+            ax.yaxis.set_major_formatter(_axis_formatter())
+            _clip_outliers(ax, [v for _, v in drawn], drawn)
     for k in range(len(metrics), nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
     fig.suptitle(f"{name}" + (f": bars grouped by {group_f}" if group_f else "")
@@ -189,6 +270,54 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
     fig.legend([handles[lab] for lab in ordered], ordered, loc="center left",
                bbox_to_anchor=(1.0 - (legend_w - 0.1) / fig.get_figwidth(), 0.5), fontsize=7,
                title=label_f or "row", title_fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1.0 - legend_w / fig.get_figwidth(), 0.95))
+    return fig
+
+
+def _rows_figure(plt, name: str, recs: Sequence[dict], metrics, label_f: str, group_f: str):
+    """Every row its own bar (no row in two groups, as in the upcalls section):
+    horizontal bars named on the axis, coloured by group, top to bottom in
+    the tables' order; the legend names the groups."""
+    groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs))
+    recs = sorted(recs, key=lambda r: groups.index(str(r[group_f])))   # a group's rows together
+    colour = dict(zip(groups, _colours(len(groups))))
+    names = [str(r[label_f]) for r in recs]
+    shown = GROUP_NAMES.get(name, {})
+    name_w = 0.9 + 0.065 * max(len(n) for n in names)
+    legend_w = 0.9 + 0.065 * max(len(shown.get(g, g)) for g in groups + [group_f])
+    fig, axes = plt.subplots(1, len(metrics), squeeze=False, sharey=True,
+                             figsize=(name_w + 4.2 * len(metrics) + legend_w,
+                                      1.2 + 0.24 * len(recs)))
+    ys = list(range(len(recs)))[::-1]
+    handles: dict[str, Any] = {}
+    for k, (field, axis_label, lower_better) in enumerate(metrics):
+        ax = axes[0][k]
+        lo_k, hi_k = _minmax_keys(field)
+        for y, r in zip(ys, recs):
+            v = r.get(field)
+            if not _num(v):
+                continue
+            lo, hi = r.get(lo_k), r.get(hi_k)
+            err = [[v - lo if _num(lo) else 0], [hi - v if _num(hi) else 0]]
+            g = str(r[group_f])
+            bars = ax.barh([y], [v], 0.75, color=colour[g], xerr=err, capsize=2,
+                           error_kw={"elinewidth": 0.8})
+            handles.setdefault(g, bars[0])
+        ax.set_yticks(ys)
+        ax.set_yticklabels(names, fontsize=8)
+        ax.set_title(axis_label + (" (lower is better)" if lower_better else
+                                   " (higher is better)"), fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        if name in LOG_SECTIONS:
+            ax.set_xscale("log")
+    fig.suptitle(f"{name}: one bar per row, coloured by {group_f}; whiskers: min-max of the "
+                 "repeats", fontsize=10)
+    fig.legend([handles[g] for g in groups if g in handles],
+               [shown.get(g, g) for g in groups if g in handles],
+               loc="center left", bbox_to_anchor=(1.0 - (legend_w - 0.1) / fig.get_figwidth(), 0.5),
+               fontsize=7, title=group_f, title_fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1.0 - legend_w / fig.get_figwidth(), 0.95))
     return fig
 
