@@ -9,9 +9,11 @@ numeric fields common to its records), with one group of bars per
 colours are distinct (up to 40 rows), and one legend per figure, beside the
 panels, names the rows.  A section whose every row is in one group only (the
 upcalls section: one row per variant) gets one horizontal bar per row
-instead, named on the axis and coloured by its group, which the legend names.  Records are the dicts the sections return (with the
-``section`` key the dispatcher adds).  matplotlib is imported only here, with
-the Agg backend, so the benchmark itself never needs it.
+instead, named on the axis and coloured by its group, which the legend names.
+A bar far above the rest is cut, its value written on it.  Records are the
+dicts the sections return (with the ``section`` key the dispatcher adds).
+matplotlib is imported only here, with the Agg backend, so the benchmark
+itself never needs it.
 """
 from __future__ import annotations
 
