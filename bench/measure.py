@@ -27,6 +27,7 @@ import math
 import os
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -35,7 +36,7 @@ import psutil
 
 __all__ = [
     "process_cpu", "thread_cpu", "CpuSpan",
-    "cpu_busy", "busy_fraction", "wait_for_idle",
+    "cpu_busy", "busy_fraction", "wait_for_idle", "set_idle_budget", "idle_budget_spent",
     "LoadMonitor", "RunInfo", "run_stable",
     "interleave", "percentile", "Summary", "summarize", "pinned",
 ]
@@ -128,9 +129,24 @@ def set_idle_budget(seconds: float | None) -> None:
     _idle_budget = seconds
 
 
-def _tell(busy: float | None, waited: float, timeout: float) -> None:
-    for listener in list(WAIT_LISTENERS):
-        listener(busy, waited, timeout)
+#: With no listener (a section without a progress line), a wait this long
+#: (seconds) is announced on stderr, once.
+PLAIN_WAIT_SHOWN_AFTER = 3.0
+
+
+def idle_budget_spent() -> bool:
+    """True once :func:`set_idle_budget`'s budget has run out."""
+    return _idle_budget is not None and _idle_budget <= 0
+
+
+def _tell(busy: float | None, waited: float, timeout: float, plain_told: list) -> None:
+    if WAIT_LISTENERS:
+        for listener in list(WAIT_LISTENERS):
+            listener(busy, waited, timeout)
+    elif busy is not None and waited >= PLAIN_WAIT_SHOWN_AFTER and not plain_told:
+        plain_told.append(True)
+        print(f"waiting for the machine to go idle: {busy:.0%} busy, up to {timeout:g} s",
+              file=sys.stderr, flush=True)
 
 
 def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
@@ -147,9 +163,12 @@ def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
     global idle_waited, idle_gave_up, _idle_budget
     if _idle_budget is not None:
         timeout = max(0.0, min(timeout, _idle_budget))
+        if timeout == 0.0:
+            window = min(window, 0.05)   # the budget is spent: a glance, not a wait
     t0 = time.monotonic()
     deadline = t0 + timeout
     told = False
+    plain_told: list = []
     try:
         while True:
             busy = busy_fraction(window)
@@ -159,14 +178,14 @@ def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
                 idle_gave_up += 1
                 return False, busy
             told = True
-            _tell(busy, time.monotonic() - t0, timeout)
+            _tell(busy, time.monotonic() - t0, timeout, plain_told)
     finally:
         waited = time.monotonic() - t0
         idle_waited += waited
         if _idle_budget is not None:
             _idle_budget = max(0.0, _idle_budget - waited)
         if told:
-            _tell(None, waited, timeout)
+            _tell(None, waited, timeout, plain_told)
 
 
 def _pid_cpu(pid: int, reaped_children: bool = False) -> float | None:
@@ -252,7 +271,8 @@ def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int 
     During the attempt, :class:`LoadMonitor` watches for foreign CPU use
     (``pids`` are the other processes taking part, e.g. a peer).  A disturbed
     attempt is redone, up to ``retries`` extra attempts; the last attempt is
-    kept either way and ``RunInfo.disturbed`` says whether it was clean.
+    kept either way and ``RunInfo.disturbed`` says whether it was clean.  Once
+    the idle budget (:func:`set_idle_budget`) is spent, no run is redone.
     ``fn`` must therefore be repeatable (fresh sockets each time).
     """
     info = RunInfo()
@@ -268,7 +288,9 @@ def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int 
         mon.stop()
         info.foreign_fraction = mon.foreign_fraction
         info.disturbed = mon.disturbed(max_foreign)
-        if not info.disturbed:
+        if not info.disturbed or idle_budget_spent():
+            # (a machine busy for the whole idle budget stays busy: a redo
+            # would take the time and be disturbed again)
             break
     return result, info
 

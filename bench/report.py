@@ -138,7 +138,11 @@ def target_line(what: str, value: Any, op: str, want: float,
     :data:`NO_FIGURE`), what is compared, the figure and the target."""
     met = target_met(value, op, want)
     mark = NO_FIGURE if met is None else MET if met else MISSED
-    return f"{indent}{mark:<8} {what} {fmt(value)} (target {op} {fmt(want)})"
+    text, goal = fmt(value), fmt(want)
+    if met is not None and text == goal and value != want:
+        # rounded onto the target: show the digits that decide it (1.1004x)
+        text = f"{value:.4f}x" if fmt is fmt_ratio else f"{value:.6g}"
+    return f"{indent}{mark:<8} {what} {text} (target {op} {goal})"
 
 
 @dataclass

@@ -110,6 +110,9 @@ def test_target_lines_say_met_or_missed():
     assert missed == "   [MISSED] coalesced / synthetic: rate 0.73x (target >= 0.80x)"
     assert none.startswith("   [no figure] native / c-pingpong: p50 -")
     assert report.target_met(1.2, "<=", 1.1) is False and report.target_met(1.0, "<=", 1.1)
+    # A figure that rounds onto its target shows the digits that decide it.
+    assert report.target_line("native / c-pingpong: p50", 1.1004, "<=", 1.1) == (
+        "   [MISSED] native / c-pingpong: p50 1.1004x (target <= 1.10x)")
 
 
 def test_a_narrow_table_fits_120_columns(monkeypatch):
@@ -125,3 +128,41 @@ def test_a_narrow_table_fits_120_columns(monkeypatch):
     assert "1.10M ±9%" in text and "(1.00M-1.20M)" not in text
     monkeypatch.setattr(report, "WIDE", True)
     assert "1.10M (1.00M-1.20M)" in report.render(rows, cols)
+
+
+def test_a_wait_outside_any_progress_line_is_announced_on_stderr(monkeypatch, capsys):
+    # contention and large have no progress line: the wait still says what it waits for.
+    monkeypatch.setattr(measure, "PLAIN_WAIT_SHOWN_AFTER", 0.0)
+    assert measure.WAIT_LISTENERS == []
+    idle, _ = measure.wait_for_idle(max_busy=-1.0, timeout=0.5)
+    captured = capsys.readouterr()
+    assert not idle and captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, lines                      # once, not per sample
+    assert lines[0].startswith("waiting for the machine to go idle: ")
+    assert lines[0].endswith("% busy, up to 0.5 s")
+
+
+def test_no_redo_once_the_idle_budget_is_spent():
+    # A run that always looks disturbed (a busy loop in another process
+    # would do; here the monitor's limit is below zero) is redone while there
+    # is budget for waiting, and kept at once when there is none.
+    # (0.2 s per run: the tolerance, 4 jiffies, is below 1.0 x 0.2 s.)
+    calls = []
+
+    def run():
+        calls.append(1)
+        time.sleep(0.2)
+        return len(calls)
+
+    result, info = measure.run_stable(run, retries=1, max_busy=1.0, max_foreign=-1.0)
+    assert result == 2 and info.attempts == 2 and info.disturbed     # budget: redone
+    calls.clear()
+    measure.set_idle_budget(0.0)
+    try:
+        assert measure.idle_budget_spent()
+        result, info = measure.run_stable(run, retries=3, max_busy=1.0, max_foreign=-1.0)
+    finally:
+        measure.set_idle_budget(None)
+    assert result == 1 and info.attempts == 1 and info.disturbed
+    assert not measure.idle_budget_spent()
