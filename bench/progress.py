@@ -47,8 +47,8 @@ def fmt_duration(seconds: float) -> str:
 
 def waiting_text(busy: float, waited: float, timeout: float) -> str:
     """What a wait for an idle machine is waiting for, in words."""
-    return (f"waiting for the machine to go idle: {busy:.0%} busy, "
-            f"{waited:.0f}/{timeout:g} s")
+    shown = f"{waited:.0f}" if timeout >= 5 else f"{waited:.1f}"
+    return f"waiting for the machine to go idle: {busy:.0%} busy, {shown}/{timeout:g} s"
 
 
 class Progress:
@@ -63,15 +63,17 @@ class Progress:
         self._last_tenth = 0
         self._shown = False
         self._what = ""
-        self._t0 = time.monotonic()
+        self._t0 = self._t_step = time.monotonic()
         self._wait_told = False
         measure.WAIT_LISTENERS.append(self._on_wait)
 
     def left(self) -> float | None:
-        """Seconds left at the pace of the runs done so far (None before the first)."""
+        """Seconds left at the pace of the runs done so far (None before the
+        first), less the time the run under way has already taken."""
         if not self.done or not self.total:
             return None
-        return (time.monotonic() - self._t0) / self.done * max(0, self.total - self.done)
+        per_run = (self._t_step - self._t0) / self.done
+        return max(0.0, per_run * (self.total - self.done) - (time.monotonic() - self._t_step))
 
     def _eta(self, words: str) -> str:
         """``words`` with the estimate in it, or "" before the first run and after the last."""
@@ -90,6 +92,7 @@ class Progress:
 
     def step(self, what: str = "") -> None:
         self.done += 1
+        self._t_step = time.monotonic()
         self._what = what
         self._wait_told = False
         if self.tty:
