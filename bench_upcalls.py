@@ -31,6 +31,8 @@ SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus":
 DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
 #: The default profile's total wait for an idle machine, over all runs (s).
 IDLE_BUDGET = 60.0
+#: How long the default sections take on the 2-vCPU development machine.
+EXPECTED = {"quick": "under a minute", "default": "3 to 5 minutes", "full": "about 45 minutes"}
 
 
 def main(argv=None):
@@ -61,6 +63,9 @@ def main(argv=None):
     chosen = [n for n in SECTIONS if getattr(opts, n)] or DEFAULT
     print(f"# upcall benchmark: Python {platform.python_version()}, {platform.machine()}, "
           f"{sys.platform}, profile={profile}")
+    if chosen == DEFAULT:
+        print(f"# {', '.join(chosen)}: {EXPECTED[profile]} on a quiet 2-vCPU machine"
+              + ("; --full for PERF.md's counts" if profile == "default" else ""), flush=True)
     t0 = time.monotonic()
     records = []
     for name in chosen:

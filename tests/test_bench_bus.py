@@ -259,3 +259,28 @@ def test_plot(tmp_path):
     out = tmp_path / "bench.png"
     assert plot(recs, str(out)) == [str(tmp_path / "bench-bus.png")]
     assert (tmp_path / "bench-bus.png").stat().st_size > 1000
+
+
+def _profile_opts(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--full", action="store_true")
+    bus.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_profiles():
+    """--full runs what PERF.md's figures come from; the default profile is
+    smaller; --quick smaller still."""
+    full = bus.BusBench(_profile_opts("--full"))
+    assert (full.n, full.rtt, full.repeats, full.transports) == (200_000, 20_000, 3, bus.TRANSPORTS)
+    assert full.stable_kw == {"retries": 3, "idle_timeout": 30.0}
+    default = bus.BusBench(_profile_opts())
+    assert (default.n, default.rtt, default.repeats) == (bus.DEFAULT_N, bus.DEFAULT_RTT,
+                                                         bus.DEFAULT_REPEATS)
+    assert default.n < full.n and default.rtt < full.rtt and default.repeats < full.repeats
+    assert default.transports == bus.DEFAULT_TRANSPORTS == ["inproc", "tcp"]
+    quick = bus.BusBench(_profile_opts("--quick", "--full"))     # quick wins in a section
+    assert (quick.n, quick.transports) == (bus.QUICK_N, bus.TRANSPORTS)
+    chosen = bus.BusBench(_profile_opts("--bus-transports", "ipc", "--bus-n", "7"))
+    assert (chosen.transports, chosen.n) == (["ipc"], 7)

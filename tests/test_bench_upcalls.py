@@ -123,3 +123,15 @@ def test_plot_names_every_row():
     assert not any(g.isdigit() for g in groups + names)
     for fig in figs.values():
         plt.close(fig)
+
+
+def test_full_and_quick_exclude_each_other():
+    run = subprocess.run([sys.executable, "bench_upcalls.py", "--quick", "--full"],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert run.returncode == 2 and "--full and --quick exclude each other" in run.stderr
+
+
+def test_full_profile_keeps_the_counts_of_the_figures_in_perf_md():
+    assert (upcalls.FULL_N, upcalls.FULL_REPEATS) == (5_000_000, 3)
+    assert upcalls.DEFAULT_N < upcalls.FULL_N and upcalls.DEFAULT_REPEATS < upcalls.FULL_REPEATS
