@@ -12,7 +12,7 @@ runs is done, and one when a wait for an idle machine lasts more than
 :data:`WAIT_SHOWN_AFTER` seconds, so that a long run shows it is alive
 without flooding a log::
 
-    upcalls: 18/36 runs done, about 1m20s left
+    upcalls: 18/36 runs done, about 1m20s left; 12 s so far spent waiting for an idle machine
     upcalls: waiting for the machine to go idle: 85% busy, up to 30 s
 
 The waits are reported by :func:`bench.measure.wait_for_idle` to every
@@ -64,6 +64,7 @@ class Progress:
         self._shown = False
         self._what = ""
         self._t0 = self._t_step = time.monotonic()
+        self._waited0 = measure.idle_waited
         self._wait_told = False
         measure.WAIT_LISTENERS.append(self._on_wait)
 
@@ -101,8 +102,11 @@ class Progress:
         tenth = 10 * self.done // self.total if self.total else 10
         if tenth > self._last_tenth:
             self._last_tenth = tenth
+            waited = measure.idle_waited - self._waited0
             self.stream.write(f"{self.label}: {self.done}/{self.total} runs done"
-                              f"{self._eta(', about {} left')}\n")
+                              f"{self._eta(', about {} left')}"
+                              + (f"; {waited:.0f} s so far spent waiting for an idle machine"
+                                 if waited >= 1 else "") + "\n")
             self.stream.flush()
 
     def _on_wait(self, busy: float | None, waited: float, timeout: float) -> None:

@@ -167,3 +167,14 @@ def test_no_redo_once_the_idle_budget_is_spent():
         measure.set_idle_budget(None)
     assert result == 1 and info.attempts == 1 and info.disturbed
     assert not measure.idle_budget_spent()
+
+
+def test_plain_lines_count_the_time_spent_waiting():
+    out = io.StringIO()
+    with progress.Progress("bus tcp", 2, stream=out) as p:
+        p.step("flood native")
+        measure.wait_for_idle(max_busy=-1.0, timeout=1.2)     # never idle: waits it all
+        p.step("flood caller")
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("bus tcp: 2/2 runs done; ") and last.endswith(
+        " s so far spent waiting for an idle machine"), last
