@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The upcall benchmark: codec, upcall rates, contention, the bus end to end.
 
-    python bench_upcalls.py                 # codec, upcalls and bus: a few minutes
+    python bench_upcalls.py                 # codec, upcalls and bus: 2 to 5 minutes
     python bench_upcalls.py --full          # the same, PERF.md's counts: about 45 minutes
     python bench_upcalls.py --codec --bus   # some sections
     python bench_upcalls.py --contention    # the long one, only when asked
@@ -32,7 +32,7 @@ DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for
 #: The default profile's total wait for an idle machine, over all runs (s).
 IDLE_BUDGET = 60.0
 #: How long the default sections take on the 2-vCPU development machine.
-EXPECTED = {"quick": "under a minute", "default": "3 to 5 minutes", "full": "about 45 minutes"}
+EXPECTED = {"quick": "under a minute", "default": "2 to 5 minutes", "full": "about 45 minutes"}
 
 
 def main(argv=None):
