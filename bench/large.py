@@ -1,4 +1,4 @@
-"""Large payloads (issue 12): bandwidth and subscriber memory, one interleaved run.
+"""Large payloads: bandwidth and subscriber memory, one interleaved run.
 
 Rows, per transport and payload size, all in the same run:
 
