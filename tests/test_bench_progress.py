@@ -129,6 +129,11 @@ def test_a_narrow_table_fits_120_columns(monkeypatch):
     assert "1.10M ±9%" in text and "(1.00M-1.20M)" not in text
     monkeypatch.setattr(report, "WIDE", True)
     assert "1.10M (1.00M-1.20M)" in report.render(rows, cols)
+    # A column a narrow table can lose shows only with --wide.
+    extra = cols + [report.Column("lost", "lost", wide_only=True)]
+    assert report.render(rows, extra).splitlines()[0].endswith("lost")
+    monkeypatch.setattr(report, "WIDE", False)
+    assert "lost" not in report.render(rows, extra)
 
 
 def test_a_wait_outside_any_progress_line_is_announced_on_stderr(monkeypatch, capsys):
