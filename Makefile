@@ -100,8 +100,15 @@ stress-sigint: build
 	done; \
 	$(PY) tools/stress_sigint.py --runs $(STRESS_RUNS) $$pys
 
+# bench: codec, upcalls and bus in a few minutes (the default profile);
+# bench-full: the same with PERF.md's counts, repeats and idle waits (about
+# 45 minutes here).  More: make bench BENCH_ARGS="--quick --plot out.png".
+.PHONY: bench-full
 bench: build
 	$(PY) bench_upcalls.py $(BENCH_ARGS)
+
+bench-full: build
+	$(PY) bench_upcalls.py --full $(BENCH_ARGS)
 
 # --- distribution files ----------------------------------------------------
 # dist/: the sdist and the self-contained Linux wheel built from it (auditwheel

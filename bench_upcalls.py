@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """The upcall benchmark: codec, upcall rates, contention, the bus end to end.
 
-    python bench_upcalls.py                 # codec, upcalls and bus
+    python bench_upcalls.py                 # codec, upcalls and bus: 2 to 5 minutes
+    python bench_upcalls.py --full          # the same, PERF.md's counts: about 45 minutes
     python bench_upcalls.py --codec --bus   # some sections
     python bench_upcalls.py --contention    # the long one, only when asked
-    python bench_upcalls.py --quick --json out.json --plot out.png
+    python bench_upcalls.py --quick --json out.json --plot out.png   # under a minute
+
+The default profile runs fewer messages and repeats, the bus over inproc and
+tcp only, and waits at most 2 s per run (60 s in all) for an idle machine;
+``--full`` runs what PERF.md's figures come from: every transport, three
+repeats, up to 30 s of waiting before each run.
 
 Each section is a module of bench/ with ``add_arguments(parser)`` and
 ``run(opts) -> list[dict]``: it prints its own table and returns one record
@@ -15,12 +21,18 @@ import argparse
 import json
 import platform
 import sys
+import time
 
-from bench import bus, codec, contention, large, upcalls
+from bench import bus, codec, contention, large, measure, report, upcalls
+from bench.progress import fmt_duration
 
 SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus,
             "large": large}
 DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
+#: The default profile's total wait for an idle machine, over all runs (s).
+IDLE_BUDGET = 60.0
+#: How long the default sections take on the 2-vCPU development machine.
+EXPECTED = {"quick": "under a minute", "default": "2 to 5 minutes", "full": "about 45 minutes"}
 
 
 def main(argv=None):
@@ -30,27 +42,47 @@ def main(argv=None):
         parser.add_argument(f"--{name}", action="store_true", help=f"run the {name} section")
     parser.add_argument("--quick", action="store_true",
                         help="small counts: checks that every mode runs, figures mean little")
+    parser.add_argument("--full", action="store_true",
+                        help="the counts, repeats, transports and idle waits PERF.md's figures "
+                             "come from (about 45 minutes for the default sections)")
+    parser.add_argument("--wide", action="store_true",
+                        help="tables with whole (min-max) ranges, wider than 120 columns")
     parser.add_argument("--json", metavar="FILE", help="write one record per row")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw the tables (needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="draw one figure per section, FILE-<section>.png (needs matplotlib)")
     for mod in SECTIONS.values():
         mod.add_arguments(parser)
     opts = parser.parse_args(argv)
+    if opts.full and opts.quick:
+        parser.error("--full and --quick exclude each other")
+    report.WIDE = opts.wide
+    profile = "quick" if opts.quick else "full" if opts.full else "default"
+    if profile == "default":
+        measure.set_idle_budget(IDLE_BUDGET)
 
     chosen = [n for n in SECTIONS if getattr(opts, n)] or DEFAULT
     print(f"# upcall benchmark: Python {platform.python_version()}, {platform.machine()}, "
-          f"{sys.platform}, quick={opts.quick}")
+          f"{sys.platform}, profile={profile}")
+    if chosen == DEFAULT:
+        print(f"# {', '.join(chosen)}: {EXPECTED[profile]} on a quiet 2-vCPU machine"
+              + ("; --full for PERF.md's counts" if profile == "default" else ""), flush=True)
+    t0 = time.monotonic()
     records = []
     for name in chosen:
         for rec in SECTIONS[name].run(opts):
             records.append({"section": name, **rec})
+    print(f"\n# {fmt_duration(time.monotonic() - t0)} in all; waited "
+          f"{measure.idle_waited:.0f} s for an idle machine"
+          + (f", {measure.idle_gave_up} run(s) started on a busy machine"
+             if measure.idle_gave_up else ""), flush=True)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(records, f, indent=1)
         print(f"\nwrote {len(records)} records to {opts.json}")
     if opts.plot:
         from bench.plot import plot
-        plot(records, opts.plot)
-        print(f"wrote {opts.plot}")
+        for path in plot(records, opts.plot):
+            print(f"wrote {path}")
     return 0
 
 

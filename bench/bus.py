@@ -171,9 +171,16 @@ COALESCE_DELAY = 0.001
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
          ("asyncio", "zmq.asyncio-await")]
 
-DEFAULT_N = 200_000
-DEFAULT_RTT = 20_000
-DEFAULT_REPEATS = 3
+#: --full (what PERF.md's figures come from).
+FULL_N = 200_000
+FULL_RTT = 20_000
+FULL_REPEATS = 3
+#: The default profile: ``make bench`` in a few minutes (one transport that
+#: needs a peer process, and inproc).
+DEFAULT_N = 50_000
+DEFAULT_RTT = 5_000
+DEFAULT_REPEATS = 2
+DEFAULT_TRANSPORTS = ["inproc", "tcp"]
 QUICK_N = 2_000
 QUICK_RTT = 200
 
@@ -181,16 +188,34 @@ QUICK_RTT = 200
 STALL_SECONDS = 5.0
 
 
+#: Printed once under the bus tables: the words and columns they use.
+TERMS = f"""\
+Terms:
+  {FLOOR:<17} the physical floor: a plain C libzmq PULL loop in its own process (no decoding, no call)
+  {PINGPONG:<17} the round-trip floor: two plain C libzmq processes answering each other
+  {SYNTHETIC:<17} the same delivery path fed by upcall's synthetic source: no zmq at all
+  {COALESCED:<17} {COALESCE_K} messages per zmq message (docs/wire.md), split by the subscriber
+  native / caller   delivered on upcall's own thread / by sub.poll() on the main thread
+  x pyzmq, x C      ratio to the {REFERENCE} row / to {FLOOR}, same transport, same run
+  x syn, x C pp     ratio to {SYNTHETIC} (rate) / to {PINGPONG} (p50)
+  ±N%               half of the repeats' spread (max - min) as a share of the median
+  [met] [MISSED]    whether the figure meets the target written beside it"""
+
+
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("bus section")
     g.add_argument("--bus-n", type=int, default=None,
-                   help=f"messages per throughput run (default {DEFAULT_N:,}; quick {QUICK_N:,})")
+                   help=f"messages per throughput run (default {DEFAULT_N:,}; full {FULL_N:,}; "
+                        f"quick {QUICK_N:,})")
     g.add_argument("--bus-rtt", type=int, default=None,
-                   help=f"round trips per latency run (default {DEFAULT_RTT:,}; quick {QUICK_RTT})")
+                   help=f"round trips per latency run (default {DEFAULT_RTT:,}; full {FULL_RTT:,}; "
+                        f"quick {QUICK_RTT})")
     g.add_argument("--bus-repeats", type=int, default=None,
-                   help=f"runs of each variant (default {DEFAULT_REPEATS}; quick 1)")
-    g.add_argument("--bus-transports", default=",".join(TRANSPORTS),
-                   help="comma-separated subset of inproc,ipc,tcp")
+                   help=f"runs of each variant (default {DEFAULT_REPEATS}; full {FULL_REPEATS}; "
+                        "quick 1)")
+    g.add_argument("--bus-transports", default=None,
+                   help="comma-separated subset of inproc,ipc,tcp (default "
+                        f"{','.join(DEFAULT_TRANSPORTS)}; full and quick: all)")
     g.add_argument("--bus-modes", default=",".join(MODES),
                    help="comma-separated subset of " + ",".join(MODES))
     g.add_argument("--bus-batch", type=int, default=None,
@@ -205,10 +230,11 @@ def add_arguments(parser) -> None:
     g.add_argument("--bus-publish-n", type=int, default=None, metavar="N",
                    help="messages per publishing run (default: --bus-n's)")
     g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
-                   help="longest wait for an idle machine before each run (default 30; quick 0.5)")
+                   help="longest wait for an idle machine before each run (default 2; full 30; "
+                        "quick 0.5)")
     g.add_argument("--bus-retries", type=int, default=None, metavar="N",
-                   help="redo a run disturbed by other processes up to N times (default 3; "
-                        "quick 0)")
+                   help="redo a run disturbed by other processes up to N times (default 1; "
+                        "full 3; quick 0)")
     g.add_argument("--bus-pin-latency", type=int, default=None, metavar="CPU",
                    help="run the round trips with both processes pinned to this CPU "
                         "(removes the cost of waking an idle vCPU; see PERF.md)")
@@ -879,16 +905,20 @@ class BusBench:
             return getattr(opts, name, None) or default
 
         quick = bool(opt("quick", False))
+        full = bool(opt("full", False)) and not quick
         self.quick = quick
-        self.n = opt("bus_n", QUICK_N if quick else DEFAULT_N)
-        self.rtt = opt("bus_rtt", QUICK_RTT if quick else DEFAULT_RTT)
+        self.n = opt("bus_n", QUICK_N if quick else FULL_N if full else DEFAULT_N)
+        self.rtt = opt("bus_rtt", QUICK_RTT if quick else FULL_RTT if full else DEFAULT_RTT)
         self.warmup = 20 if quick else 500
-        self.repeats = opt("bus_repeats", 1 if quick else DEFAULT_REPEATS)
+        self.repeats = opt("bus_repeats", 1 if quick else FULL_REPEATS if full
+                           else DEFAULT_REPEATS)
         self.batch = opt("bus_batch")
         self.latency = not opt("bus_no_latency", False)
         self.pin = getattr(opts, "bus_pin_latency", None)
         self.c_pinger = getattr(opts, "bus_pinger", "peer") == "c"
-        self.transports = [t for t in opt("bus_transports", ",".join(TRANSPORTS)).split(",") if t]
+        all_or_default = TRANSPORTS if quick or full else DEFAULT_TRANSPORTS
+        self.transports = [t for t in opt("bus_transports", ",".join(all_or_default)).split(",")
+                           if t]
         for t in self.transports:
             if t not in TRANSPORTS:
                 raise SystemExit(f"--bus-transports: unknown transport {t!r}")
@@ -907,7 +937,8 @@ class BusBench:
         self.peer_flooding = False
         # Quick mode checks that everything runs: no waiting for a quiet machine.
         self.stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
-                          else dict(retries=3, idle_timeout=30.0))
+                          else dict(retries=3, idle_timeout=30.0) if full
+                          else dict(retries=1, idle_timeout=2.0))
         # A shared machine is never idle for long: the runs may be told to
         # wait less (each one still reports whether it was disturbed).
         if getattr(opts, "bus_idle_timeout", None) is not None:
@@ -1003,7 +1034,7 @@ class BusBench:
         rng = report.fmt_range
         cols = [
             report.Column("mode"),
-            report.Column("rate", "msgs/s (min-max)", get=lambda r: r["_s"]["rate"],
+            report.Column("rate", report.range_header("msgs/s"), get=lambda r: r["_s"]["rate"],
                           fmt=lambda s: rng(s, report.fmt_rate), align=">"),
             report.Column("rate_ratio", "x pyzmq", fmt=report.fmt_ratio),
             report.Column("rate_floor_ratio", "x C", fmt=report.fmt_ratio),
@@ -1011,8 +1042,8 @@ class BusBench:
             report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
                           fmt=lambda s: rng(s, report.fmt_us), align=">"),
             report.Column("cpu_ratio", "x pyzmq", fmt=report.fmt_ratio),
-            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio),
-            report.Column("lost", "lost"),
+            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio, wide_only=True),
+            report.Column("lost", "lost", wide_only=True),
         ]
         if self.latency:
             cols += [
@@ -1028,6 +1059,9 @@ class BusBench:
                 f"{SYNTHETIC} (rate), x C pp to {PINGPONG} (p50)")
         if dist:
             note += f"; {dist} run(s) kept although disturbed"
+        if not report.WIDE:
+            lost = [f"{r['mode']} {r['lost']:,}" for r in recs if r["lost"]]
+            note += ("\n   lost messages: " + ", ".join(lost)) if lost else "; no message lost"
         for r in recs:
             if r["na"]:
                 note += f"\n   {r['mode']}: {r['na']}"
@@ -1049,23 +1083,23 @@ class BusBench:
 
     def print_checks(self, by_mode: dict) -> None:
         """The coalescing targets, where both rows are in the table."""
-        fr = report.fmt_ratio
+        line = report.target_line
         coal, nil, native = by_mode.get(COALESCED), by_mode.get(COALESCED_NIL), by_mode.get("native")
         floor, synth, pp = (m in by_mode for m in (FLOOR, SYNTHETIC, PINGPONG))
         if coal and synth:
-            print(f"   {COALESCED} / {SYNTHETIC}: rate {fr(coal['rate_synth_ratio'])} (>= 0.8x)")
+            print(line(f"{COALESCED} / {SYNTHETIC}: rate", coal["rate_synth_ratio"], ">=", 0.8))
         if coal and floor:
-            print(f"   {COALESCED} / {FLOOR}: CPU per message {fr(coal['cpu_floor_ratio'])} "
-                  f"(<= 1.0x)")
+            print(line(f"{COALESCED} / {FLOOR}: CPU per message", coal["cpu_floor_ratio"],
+                       "<=", 1.0))
         if nil and floor:
-            print(f"   {COALESCED_NIL} / {FLOOR}: rate {fr(nil['rate_floor_ratio'])} (>= 3x)")
+            print(line(f"{COALESCED_NIL} / {FLOOR}: rate", nil["rate_floor_ratio"], ">=", 3.0))
         if native and pp:
-            print(f"   native / {PINGPONG}: p50 {fr(native['p50_pingpong_ratio'])} (<= 1.1x)")
+            print(line(f"native / {PINGPONG}: p50", native["p50_pingpong_ratio"], "<=", 1.1))
         if coal and native and self.latency:
             added = coal["p99_us"] - native["p99_us"]
-            text = "-" if math.isnan(added) else f"{added:+.0f} us"
-            print(f"   {COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
-                  f"p99 {text} over native (<= {COALESCE_DELAY * 1e6 + 50:.0f} us)")
+            print(line(f"{COALESCED} round trip, reply held up to {COALESCE_DELAY * 1e6:.0f} us: "
+                       "p99 over native", added, "<=", COALESCE_DELAY * 1e6 + 50,
+                       fmt=lambda v: "-" if math.isnan(v) else f"{v:+.0f} us"))
             held = by_mode.get(PINGPONG, {}).get("held_p99_us", math.nan)
             if not math.isnan(held):
                 floor_added = held - by_mode[PINGPONG]["p99_us"]
@@ -1100,6 +1134,7 @@ class BusBench:
             if self.peer is not None:
                 self.peer.close()
             self.endpoints.cleanup()
+        print("\n" + TERMS, flush=True)
         for r in records:
             r.pop("_s", None)
         return records

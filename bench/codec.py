@@ -26,9 +26,9 @@ MAX_REDO = 3
 def add_arguments(parser):
     g = parser.add_argument_group("codec")
     g.add_argument("--codec-repeats", type=int, default=None, metavar="N",
-                   help="timed repeats per variant (default 15, quick 3)")
+                   help="timed repeats per variant (default 7, full 15, quick 3)")
     g.add_argument("--codec-doc-mb", type=float, default=None, metavar="MB",
-                   help="size of the large document, packed (default 20, quick 0.2)")
+                   help="size of the large document, packed (default 5, full 20, quick 0.2)")
 
 
 # ---------------------------------------------------------------- measuring
@@ -87,8 +87,9 @@ def _codecs():
 
 def run(opts):
     quick = getattr(opts, "quick", False)
-    repeats = getattr(opts, "codec_repeats", None) or (3 if quick else 15)
-    doc_mb = getattr(opts, "codec_doc_mb", None) or (0.2 if quick else 20)
+    full = getattr(opts, "full", False) and not quick
+    repeats = getattr(opts, "codec_repeats", None) or (3 if quick else 15 if full else 7)
+    doc_mb = getattr(opts, "codec_doc_mb", None) or (0.2 if quick else 20 if full else 5)
     small_s = 0.002 if quick else 0.05      # seconds per timed run, small message
     codecs = _codecs()
 
@@ -108,14 +109,15 @@ def run(opts):
     gc.collect()
     gc.freeze()
     try:
-        _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows)
+        with progress.Progress("codec", 4 * len(codecs) * repeats) as shown:
+            _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows, shown)
     finally:
         gc.unfreeze()
     _print(rows)
     return rows
 
 
-def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows):
+def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows, shown):
     for op, workload in (("unpackb", "small"), ("packb", "small"),
                          ("unpackb", "large"), ("packb", "large")):
         if workload == "small":
@@ -129,9 +131,9 @@ def _run_all(codecs, small, doc, doc_packed, repeats, small_s, rows):
             number = 1
         res = {name: [] for name, _ in variants}
         runs = measure.interleave(variants, repeats, order="mirror")
-        for _, (name, fn) in progress.track(runs, f"codec {op} {workload}",
-                                            len(variants) * repeats):
+        for _, (name, fn) in runs:
             res[name].append(_per_call(fn, arg, number))
+            shown.step(f"{op} {workload} {name}")
         med = {n: statistics.median(v) for n, v in res.items()}
         for name, times in res.items():
             rec = {"op": op, "workload": workload, "codec": name, "repeats": repeats,

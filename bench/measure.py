@@ -27,6 +27,7 @@ import math
 import os
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -35,7 +36,7 @@ import psutil
 
 __all__ = [
     "process_cpu", "thread_cpu", "CpuSpan",
-    "cpu_busy", "busy_fraction", "wait_for_idle",
+    "cpu_busy", "busy_fraction", "wait_for_idle", "set_idle_budget", "idle_budget_spent",
     "LoadMonitor", "RunInfo", "run_stable",
     "interleave", "percentile", "Summary", "summarize", "pinned",
 ]
@@ -107,22 +108,84 @@ def busy_fraction(window: float = 0.2) -> float:
     return psutil.cpu_percent(interval=window) / 100.0
 
 
+#: Called while :func:`wait_for_idle` waits: ``listener(busy, waited, timeout)``
+#: after each busy sample, ``listener(None, waited, timeout)`` once the wait is
+#: over.  bench.progress registers one, so that the progress line says what
+#: the benchmark is waiting for.
+WAIT_LISTENERS: list[Callable[[float | None, float, float], None]] = []
+
+#: Seconds all idle waits of this process may still take (None: no limit).
+#: Once spent, each wait is one sample: the run starts on a busy machine and
+#: its monitor (:class:`LoadMonitor`) says whether it was disturbed.
+_idle_budget: float | None = None
+#: Seconds waited, and waits that gave up, so far (for the closing summary).
+idle_waited = 0.0
+idle_gave_up = 0
+
+
+def set_idle_budget(seconds: float | None) -> None:
+    """Limit the total time every later :func:`wait_for_idle` may wait."""
+    global _idle_budget
+    _idle_budget = seconds
+
+
+#: With no listener (a section without a progress line), a wait this long
+#: (seconds) is announced on stderr, once.
+PLAIN_WAIT_SHOWN_AFTER = 3.0
+
+
+def idle_budget_spent() -> bool:
+    """True once :func:`set_idle_budget`'s budget has run out."""
+    return _idle_budget is not None and _idle_budget <= 0
+
+
+def _tell(busy: float | None, waited: float, timeout: float, plain_told: list) -> None:
+    if WAIT_LISTENERS:
+        for listener in list(WAIT_LISTENERS):
+            listener(busy, waited, timeout)
+    elif busy is not None and waited >= PLAIN_WAIT_SHOWN_AFTER and not plain_told:
+        plain_told.append(True)
+        print(f"waiting for the machine to go idle: {busy:.0%} busy, up to {timeout:g} s",
+              file=sys.stderr, flush=True)
+
+
 def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
                   timeout: float = 60.0) -> tuple[bool, float]:
     """Wait until the machine's CPUs are at most ``max_busy`` busy.
 
     Samples ``busy_fraction(window)`` until one sample is quiet enough or
-    ``timeout`` seconds pass.  Returns (idle reached, last busy fraction).
+    ``timeout`` seconds pass (less if the budget of :func:`set_idle_budget`
+    runs out).  Returns (idle reached, last busy fraction).
     ``max_busy`` is a fraction of *all* CPUs: 0.10 on 2 CPUs allows 20% of
-    one core (the sampling itself, a terminal, a stray daemon).
+    one core (the sampling itself, a terminal, a stray daemon).  While it
+    waits, :data:`WAIT_LISTENERS` hear how busy the machine is.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        busy = busy_fraction(window)
-        if busy <= max_busy:
-            return True, busy
-        if time.monotonic() >= deadline:
-            return False, busy
+    global idle_waited, idle_gave_up, _idle_budget
+    if _idle_budget is not None:
+        timeout = max(0.0, min(timeout, _idle_budget))
+        if timeout == 0.0:
+            window = min(window, 0.05)   # the budget is spent: a glance, not a wait
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    told = False
+    plain_told: list = []
+    try:
+        while True:
+            busy = busy_fraction(window)
+            if busy <= max_busy:
+                return True, busy
+            if time.monotonic() >= deadline:
+                idle_gave_up += 1
+                return False, busy
+            told = True
+            _tell(busy, time.monotonic() - t0, timeout, plain_told)
+    finally:
+        waited = time.monotonic() - t0
+        idle_waited += waited
+        if _idle_budget is not None:
+            _idle_budget = max(0.0, _idle_budget - waited)
+        if told:
+            _tell(None, waited, timeout, plain_told)
 
 
 def _pid_cpu(pid: int, reaped_children: bool = False) -> float | None:
@@ -208,7 +271,8 @@ def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int 
     During the attempt, :class:`LoadMonitor` watches for foreign CPU use
     (``pids`` are the other processes taking part, e.g. a peer).  A disturbed
     attempt is redone, up to ``retries`` extra attempts; the last attempt is
-    kept either way and ``RunInfo.disturbed`` says whether it was clean.
+    kept either way and ``RunInfo.disturbed`` says whether it was clean.  Once
+    the idle budget (:func:`set_idle_budget`) is spent, no run is redone.
     ``fn`` must therefore be repeatable (fresh sockets each time).
     """
     info = RunInfo()
@@ -224,7 +288,9 @@ def run_stable(fn: Callable[[], Any], *, pids: Iterable[int] = (), retries: int 
         mon.stop()
         info.foreign_fraction = mon.foreign_fraction
         info.disturbed = mon.disturbed(max_foreign)
-        if not info.disturbed:
+        if not info.disturbed or idle_budget_spent():
+            # (a machine busy for the whole idle budget stays busy: a redo
+            # would take the time and be disturbed again)
             break
     return result, info
 

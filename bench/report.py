@@ -12,17 +12,36 @@ and aligns it: text left, numbers right.  Missing values print as ``-``.
 Formatting helpers: :func:`fmt_rate` (1.23M), :func:`fmt_num`,
 :func:`fmt_ratio` (3.10x), :func:`fmt_range` (a median with its min-max from
 :class:`bench.measure.Summary`), :func:`ratio`.
+
+Tables fit :data:`WIDTH` (120) columns unless ``--wide`` set :data:`WIDE`:
+a median's spread then shows as ``±4%`` (half of max-min, of the median)
+instead of the whole ``(min-max)``, and long titles and notes wrap.
+
+A target a row must meet prints through :func:`target_line`, with a mark
+that says whether it was met::
+
+       [met]    send / pyzmq+msgspec send: rate 1.72x (target >= 1.5x)
+       [MISSED] coalesced / synthetic: rate 0.73x (target >= 0.8x)
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["Column", "render", "print_table", "ratio", "fmt_rate", "fmt_num",
-           "fmt_ratio", "fmt_range", "fmt_us"]
+           "fmt_ratio", "fmt_range", "range_header", "fmt_us", "target_line", "target_met", "WIDTH",
+           "MET", "MISSED", "NO_FIGURE"]
 
 MISSING = "-"
+#: The width tables keep to unless :data:`WIDE` (``--wide``).
+WIDTH = 120
+#: Show whole (min-max) ranges and never wrap (bench_upcalls.py --wide).
+WIDE = False
+
+#: The marks of :func:`target_line`.
+MET, MISSED, NO_FIGURE = "[met]", "[MISSED]", "[no figure]"
 
 
 def _missing(v: Any) -> bool:
@@ -78,15 +97,52 @@ def fmt_ratio(v: Any) -> str:
     return f"{v:.2f}x"
 
 
-def fmt_range(summary: Any, fmt: Callable[[Any], str] = fmt_num, *, spread: bool = True) -> str:
-    """``median (min-max)`` of a Summary; only the median if one value or ``spread`` off."""
+def fmt_range(summary: Any, fmt: Callable[[Any], str] = fmt_num, *, spread: bool = True,
+              wide: bool | None = None) -> str:
+    """``median (min-max)`` of a Summary, or ``median ±half-spread%`` unless
+    ``wide`` (default: :data:`WIDE`); only the median if one value or
+    ``spread`` off."""
     med = getattr(summary, "median", summary)
     text = fmt(med)
     lo, hi = getattr(summary, "min", None), getattr(summary, "max", None)
     n = getattr(summary, "n", 1)
     if spread and n > 1 and not _missing(lo) and not _missing(hi):
-        text += f" ({fmt(lo)}-{fmt(hi)})"
+        if WIDE if wide is None else wide:
+            text += f" ({fmt(lo)}-{fmt(hi)})"
+        elif not _missing(med) and med:
+            text += f" ±{abs(hi - lo) / 2 / abs(med):.0%}"
     return text
+
+
+def range_header(what: str) -> str:
+    """The header of a :func:`fmt_range` column: ``msgs/s (min-max)`` or ``msgs/s ±``."""
+    return f"{what} (min-max)" if WIDE else f"{what} ±"
+
+
+_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b, "<": lambda a, b: a < b}
+
+
+def target_met(value: Any, op: str, want: float) -> bool | None:
+    """Whether ``value op want`` holds; None when there is no figure."""
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {sorted(_OPS)}, not {op!r}")
+    if _missing(value):
+        return None
+    return bool(_OPS[op](value, want))
+
+
+def target_line(what: str, value: Any, op: str, want: float,
+                fmt: Callable[[Any], str] = fmt_ratio, indent: str = "   ") -> str:
+    """One target check as a line: the mark (:data:`MET`, :data:`MISSED` or
+    :data:`NO_FIGURE`), what is compared, the figure and the target."""
+    met = target_met(value, op, want)
+    mark = NO_FIGURE if met is None else MET if met else MISSED
+    text, goal = fmt(value), fmt(want)
+    if met is not None and text == goal and value != want:
+        # rounded onto the target: show the digits that decide it (1.1004x)
+        text = f"{value:.4f}x" if fmt is fmt_ratio else f"{value:.6g}"
+    return f"{indent}{mark:<8} {what} {text} (target {op} {goal})"
 
 
 @dataclass
@@ -103,6 +159,8 @@ class Column:
     fmt: Callable[[Any], str] | None = None
     align: str | None = None
     get: Callable[[dict], Any] | None = None
+    #: Shown only in wide tables (``--wide``): a column a narrow table can lose.
+    wide_only: bool = False
 
     def value(self, row: dict) -> Any:
         return self.get(row) if self.get is not None else row.get(self.key)
@@ -131,20 +189,30 @@ def render(rows: Iterable[dict], columns: Sequence[Column], title: str | None = 
            note: str | None = None) -> str:
     """The table as text: optional title, header, rule, one line per row, note."""
     rows = list(rows)
+    columns = [c for c in columns if WIDE or not c.wide_only]
     headers = [c.header if c.header is not None else c.key for c in columns]
     cells = [[c.text(r) for c in columns] for r in rows]
     widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headers)]
     aligns = [c.alignment(rows) for c in columns]
     out = []
     if title:
-        out.append(title)
+        out.extend(_wrap(title))
     out.append("  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths)).rstrip())
     out.append("  ".join("-" * w for w in widths))
     for line in cells:
         out.append("  ".join(f"{t:{a}{w}}" for t, a, w in zip(line, aligns, widths)).rstrip())
     if note:
-        out.append(note)
+        for line in note.split("\n"):
+            out.extend(_wrap(line))
     return "\n".join(out)
+
+
+def _wrap(text: str) -> list[str]:
+    """A title or note line, wrapped to :data:`WIDTH` unless :data:`WIDE`."""
+    if WIDE or len(text) <= WIDTH:
+        return [text]
+    indent = text[:len(text) - len(text.lstrip())]
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent + "  ")
 
 
 def print_table(rows: Iterable[dict], columns: Sequence[Column], title: str | None = None,

@@ -41,9 +41,13 @@ from upcall.handler import _call_loop
 from bench import measure, progress, report
 from bench.workload import NIL, small_payload
 
-DEFAULT_N = 5_000_000
+#: --full (what PERF.md's figures come from).
+FULL_N = 5_000_000
+FULL_REPEATS = 3
+#: The default profile: ``make bench`` in a few minutes.
+DEFAULT_N = 1_000_000
+DEFAULT_REPEATS = 2
 QUICK_N = 20_000
-DEFAULT_REPEATS = 3
 # per-upcall Ensure on a native thread costs microseconds: fewer messages.
 PER_UPCALL_DIVISOR = 50
 
@@ -58,14 +62,31 @@ THREADS = ["python_threads", "native", "caller"]
 TARGETS = ["python", "Handler"]
 
 
+#: Printed under the tables: the words they use.
+TERMS = """\
+Terms:
+  adopt             a native delivery thread takes one Python thread state when it starts and
+                    keeps it; each batch takes the GIL once (PyEval_RestoreThread)
+  per-upcall Ensure the classic way: PyGILState_Ensure/Release around every single upcall
+  batch N           up to N messages delivered per GIL acquisition
+  ceiling           a C loop calling the same target on the calling thread with the GIL held:
+                    no thread, no queue, no GIL hand-off, the most any delivery path can reach
+  native handlers   targets written in C (upcall.native) that run without the GIL
+  (2009)            the same test with Pyrex in 2009 (Athlon 64 X2), one upcall per GIL
+                    acquisition; compare as a shape, not a figure"""
+
+
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("upcalls section")
     g.add_argument("--upcalls-n", type=int, default=None,
-                   help=f"upcalls per run (default {DEFAULT_N:,}; quick {QUICK_N:,})")
+                   help=f"upcalls per run (default {DEFAULT_N:,}; full {FULL_N:,}; "
+                        f"quick {QUICK_N:,})")
     g.add_argument("--upcalls-repeats", type=int, default=None,
-                   help=f"runs of each variant (default {DEFAULT_REPEATS}; quick 1)")
+                   help=f"runs of each variant (default {DEFAULT_REPEATS}; full {FULL_REPEATS}; "
+                        "quick 1)")
     g.add_argument("--upcalls-idle-timeout", type=float, default=None, metavar="S",
-                   help="longest wait for an idle machine before each run (default 10; quick 0.5)")
+                   help="longest wait for an idle machine before each run (default 2; full 10; "
+                        "quick 0.5)")
 
 
 def _noop(msg):
@@ -160,17 +181,19 @@ def _find(vs, target, thread, gil="adopt", batch=None, payload="nil", kind="bus"
 
 
 def run(opts) -> list[dict]:
-    n = opts.upcalls_n or (QUICK_N if opts.quick else DEFAULT_N)
-    repeats = opts.upcalls_repeats or (1 if opts.quick else DEFAULT_REPEATS)
+    full = getattr(opts, "full", False) and not opts.quick
+    n = opts.upcalls_n or (QUICK_N if opts.quick else FULL_N if full else DEFAULT_N)
+    repeats = opts.upcalls_repeats or (1 if opts.quick else FULL_REPEATS if full
+                                       else DEFAULT_REPEATS)
     default_batch = upcall.DEFAULT_BATCH
     payloads = {"nil": NIL, "map": small_payload()}
     idle = opts.upcalls_idle_timeout
     if idle is None:
-        idle = 0.5 if opts.quick else 10.0
+        idle = 0.5 if opts.quick else 10.0 if full else 2.0
     vs = variants(n, default_batch)
     print(f"\n## upcalls: {n:,} upcalls per run (per-upcall Ensure: "
-          f"{max(1000, n // PER_UPCALL_DIVISOR):,}), {repeats} repeats interleaved, "
-          f"DEFAULT_BATCH={default_batch}, switch interval {sys.getswitchinterval() * 1e3:g} ms",
+          f"{max(1000, n // PER_UPCALL_DIVISOR):,}), {repeats} repeat(s) interleaved,\n"
+          f"   DEFAULT_BATCH={default_batch}, switch interval {sys.getswitchinterval() * 1e3:g} ms",
           flush=True)
     with upcall.Bus() as bus:
         # warm-up: thread states, caches, the codec's key cache
@@ -183,7 +206,7 @@ def run(opts) -> list[dict]:
             for _, x in progress.track(measure.interleave(vs, repeats), "upcalls",
                                        len(vs) * repeats):
                 rate, info = measure.run_stable(lambda: x.once(bus, payloads),
-                                                retries=2 if not opts.quick else 0,
+                                                retries=0 if opts.quick else 2 if full else 1,
                                                 idle_timeout=idle)
                 x.rates.append(rate)
                 x.disturbed += info.disturbed
@@ -268,7 +291,7 @@ def _print(records, n, b):
             report.Column("gil", "gil"), report.Column("batch", "batch"),
             report.Column("payload", "payload"),
             report.Column("n", "n", fmt=report.fmt_num),
-            report.Column("rate", "upcalls/s (min-max)",
+            report.Column("rate", report.range_header("upcalls/s"),
                           get=lambda r: measure.Summary(r["rate"], r["rate_min"], r["rate_max"],
                                                         [0] * r["repeats"]),
                           fmt=lambda s: report.fmt_range(s, report.fmt_rate)),
@@ -296,3 +319,4 @@ def _print(records, n, b):
                      f"batch 1, {report.fmt_ratio(r.get('ratio_batch256'))} of batch 256")
     if notes:
         print("\n" + "\n".join(notes), flush=True)
+    print("\n" + TERMS, flush=True)

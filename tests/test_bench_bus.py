@@ -108,6 +108,49 @@ def test_quick_run_produces_records(capsys):
     assert "publishing over tcp" in out
     assert f"send / {publish.PUB_REFERENCE}: rate " in out
 
+    # Narrow tables (the default): every line fits 120 columns.
+    too_wide = [line for line in out.splitlines() if len(line) > report.WIDTH]
+    assert not too_wide, too_wide
+    # Every target line says whether the target was met.
+    targets = [line for line in out.splitlines() if "(target " in line]
+    assert any(f"native / {bus.PINGPONG}: p50 " in line for line in targets)
+    assert any(f"send / {publish.PUB_REFERENCE}: rate " in line for line in targets)
+    for line in targets:
+        assert line.lstrip().startswith((report.MET, report.MISSED, report.NO_FIGURE)), line
+    # The words of the tables are explained under them.
+    assert "Terms:" in out and f"  {bus.FLOOR} " in out and "[met] [MISSED]" in out
+
+    # One figure for the flood and round trips, one for the publishing rows,
+    # their legends naming the rows.
+    if _have_matplotlib():
+        figs = dict(bench_module("plot").figures([{"section": "bus", **r} if "section" not in r
+                                                  else r for r in records]))
+        assert set(figs) == {"bus", "bus publishing"}
+        assert _legend(figs["bus"]) == [m for m in _ordered_modes(flood)]
+        assert _legend(figs["bus publishing"]) == pmodes
+        import matplotlib.pyplot as plt
+        for fig in figs.values():
+            plt.close(fig)
+
+
+def _have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def _legend(fig):
+    (legend,) = fig.legends
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def _ordered_modes(rows):
+    """The modes in the tables' order (MODES), as the legend lists them."""
+    present = {r["mode"] for r in rows}
+    return [m for m in bus.MODES if m in present]
+
 
 def test_c_pinger_round_trips_every_responder_kind(capsys):
     """--bus-pinger c: bench/floor_pingpong.c pings the row's responder.  In
@@ -213,6 +256,31 @@ def test_plot(tmp_path):
              "rate_min": 9e4, "rate_max": 2e6, "cpu_us_per_msg": 1.0, "p50_us": 20.0,
              "p99_us": 40.0}
             for t in ("ipc", "tcp") for i, m in enumerate(("native", "pyzmq+msgspec"))]
-    out = tmp_path / "bus.png"
-    plot(recs, str(out))
-    assert out.stat().st_size > 1000
+    out = tmp_path / "bench.png"
+    assert plot(recs, str(out)) == [str(tmp_path / "bench-bus.png")]
+    assert (tmp_path / "bench-bus.png").stat().st_size > 1000
+
+
+def _profile_opts(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--full", action="store_true")
+    bus.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_profiles():
+    """--full runs what PERF.md's figures come from; the default profile is
+    smaller; --quick smaller still."""
+    full = bus.BusBench(_profile_opts("--full"))
+    assert (full.n, full.rtt, full.repeats, full.transports) == (200_000, 20_000, 3, bus.TRANSPORTS)
+    assert full.stable_kw == {"retries": 3, "idle_timeout": 30.0}
+    default = bus.BusBench(_profile_opts())
+    assert (default.n, default.rtt, default.repeats) == (bus.DEFAULT_N, bus.DEFAULT_RTT,
+                                                         bus.DEFAULT_REPEATS)
+    assert default.n < full.n and default.rtt < full.rtt and default.repeats < full.repeats
+    assert default.transports == bus.DEFAULT_TRANSPORTS == ["inproc", "tcp"]
+    quick = bus.BusBench(_profile_opts("--quick", "--full"))     # quick wins in a section
+    assert (quick.n, quick.transports) == (bus.QUICK_N, bus.TRANSPORTS)
+    chosen = bus.BusBench(_profile_opts("--bus-transports", "ipc", "--bus-n", "7"))
+    assert (chosen.transports, chosen.n) == (["ipc"], 7)

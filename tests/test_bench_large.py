@@ -59,6 +59,13 @@ def test_bandwidth_and_compression_rows(capsys):
         assert "skipped the 1gbit link" in out
     else:
         assert _namespaces() == before
+        if why is None:     # the lz4 targets, over the 1gbit link: marked met or missed
+            targets = [line for line in out.splitlines() if "lz4 / raw" in line]
+            assert len(targets) == len(compression.DATA) * len(
+                {r["size"] for r in rows if r["link"] == "1gbit"}), out
+            for line in targets:
+                assert line.lstrip().startswith(("[met] ", "[MISSED] ")), line
+                assert "(target >= " in line
 
 
 def test_huge_is_skipped_with_its_reason_when_memory_is_short(monkeypatch, capsys):
