@@ -39,6 +39,8 @@ def _modes():
     return modes
 
 
+# Every mode over every transport, in this process: minutes on a busy machine.
+@pytest.mark.timeout(600)
 def test_quick_run_produces_records(capsys):
     modes = _modes()
     if not any(m in bus.UPCALL_MODES for m in modes):

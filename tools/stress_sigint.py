@@ -3,7 +3,7 @@
 
 Each run starts a fresh interpreter that floods a PUSH publisher into a PULL
 subscription delivering in one mode, waits for Ctrl-C the documented way
-(``bus.wait()``; in caller mode ``sub.poll()``), and prints ``delivering``
+(``bus.wait()``; in caller mode a ``sub.poll()`` loop), and prints ``delivering``
 once delivery is under way.  This script then sends SIGINT; the run passes if
 the child raises KeyboardInterrupt and dies of SIGINT, as CPython ends an
 uncaught KeyboardInterrupt, within the deadline.  Meanwhile two CPU-bound
@@ -86,7 +86,8 @@ pub = bus.publisher(EP, kind="push")
 sub = bus.subscribe(EP, target, kind="pull", **kw)
 threading.Thread(target=flood, args=(pub,), daemon=True).start()
 if mode == "caller":
-    sub.poll()                  # delivers here; only Ctrl-C ends it
+    while True:
+        sub.poll()              # delivers here; only Ctrl-C ends the loop
 elif how == "bus":
     bus.wait()                  # the documented way to wait for Ctrl-C
 else:
