@@ -117,13 +117,15 @@ int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
      * inherits the mask from its first instruction: a signal can never land
      * on it before it would have blocked signals itself. */
     static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
-    sigset_t blocked;
+    sigset_t blocked, mine;
     sigfillset(&blocked);
     for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
         sigdelset(&blocked, synchronous[i]);
-    pthread_sigmask(SIG_SETMASK, &blocked, &box->user);
+    pthread_sigmask(SIG_SETMASK, &blocked, &mine);
+    box->user = mine;
     int rc = pthread_create(t, attr, thread_start, box);
-    pthread_sigmask(SIG_SETMASK, &box->user, NULL);
+    /* Our own copy: the thread frees the box, maybe before this line. */
+    pthread_sigmask(SIG_SETMASK, &mine, NULL);
     if (rc)
         free(box);
     return rc;
