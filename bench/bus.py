@@ -14,8 +14,8 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
 * ``pyzmq+msgpack``   the same loop decoding with ``msgpack.unpackb``
 
 * ``c-floor``         the physical floor: a plain C libzmq PULL loop
-                      (bench/floor_pull.c, compiled on first use with the C
-                      compiler and libzmq found by pkg-config) receiving the
+                      (bench/floor_pull.c, built by :mod:`bench.floors`,
+                      run by :mod:`bench.harness`) receiving the
                       same flood in its own process: no decoding, no call;
                       ipc and tcp only (inproc needs this process's context)
 
@@ -29,8 +29,7 @@ For each transport (inproc, ipc, tcp 127.0.0.1) and each way of receiving:
                       with no zmq at all; the same figure in every transport's
                       table, measured again in each
 
-Coalescing (a row this build cannot run prints
-"n/a: this build has no coalescing" and no figure):
+Coalescing:
 
 * ``coalesced``       upcall, native thread, on a flood of coalesced payloads
                       (docs/wire.md, ext 127) of COALESCE_K (64) copies of the
@@ -92,7 +91,7 @@ Round-trip latency
     different pingers and share one interpreter with the responder.
 
 Publishing (ipc and tcp; ``--bus-no-publish`` skips it; :mod:`bench.publish`)
-    The sending side: a sender in this process (a plain C ``zmq_send`` loop
+    The sending side (its own section in --json): a sender in this process (a plain C ``zmq_send`` loop
     in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
     receiver that only counts (bench/count_pull.c, its own process; it
     splits coalesced messages with the core's ``mp_skip``) and sends N
@@ -119,24 +118,17 @@ when publishing), ``x syn`` to ``synthetic`` (rate), ``x C pp`` to
 from __future__ import annotations
 
 import gc
-import itertools
-import json
 import math
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from typing import Any, Callable
 
-from bench import measure, progress, publish, report
-from bench.coalescing import NO_COALESCING, coalesced_payload, coalesced_receive, coalescing_kwargs
-from bench.floors import c_program, floor_binary
-from bench.peer import (PeerProcess, flood_upcall, flood_zmq, have_pyzmq, latency_summary,
-                        ping_upcall, ping_zmq)
-from bench.workload import NIL, TOPIC, small_payload
+from bench import harness, measure, progress, publish, report
+from bench.coalescing import coalesced_payload
+from bench.floors import c_program
+from bench.harness import STALL_SECONDS, Counting, PyzmqLoop, caller_poll, upcall_bus
+from bench.peer import PeerProcess, flood_upcall, flood_zmq, have_pyzmq, ping_upcall, ping_zmq
+from bench.workload import NIL, TOPIC
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
 #: Coalesced rows: the flood's payloads are coalesced messages
@@ -183,9 +175,6 @@ DEFAULT_REPEATS = 2
 DEFAULT_TRANSPORTS = ["inproc", "tcp"]
 QUICK_N = 2_000
 QUICK_RTT = 200
-
-#: A drain that makes no progress for this long is given up (the rest is lost).
-STALL_SECONDS = 5.0
 
 
 #: Printed once under the bus tables: the words and columns they use.
@@ -244,20 +233,6 @@ def add_arguments(parser) -> None:
                         "so that a row differs from c-pingpong only in its responder")
 
 
-# ---- what is available ----------------------------------------------------------
-
-def _upcall_bus():
-    """The module with Bus / python_threads, or None if the bus is not built."""
-    try:
-        import upcall
-        if hasattr(upcall, "Bus"):
-            return upcall
-        from upcall import _bus
-        return _bus
-    except ImportError:
-        return None
-
-
 _SMALL_STRUCT = None
 
 
@@ -302,7 +277,7 @@ _MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     """(modes that can run here, notes on the ones that cannot)."""
     ok, notes = [], []
-    ub = _upcall_bus()
+    ub = upcall_bus()
     zmq_ok = have_pyzmq()
     for m in wanted:
         if m in (FLOOR, PINGPONG):
@@ -329,126 +304,7 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
     return ok, notes
 
 
-# ---- endpoints ------------------------------------------------------------------
-
-class Endpoints:
-    """Fresh endpoints per run, so no run sees another's leftovers."""
-
-    def __init__(self):
-        self._k = itertools.count()
-        self._dir: str | None = None
-
-    def new(self, transport: str) -> str:
-        k = next(self._k)
-        if transport == "inproc":
-            return f"inproc://upcall-bench-{os.getpid()}-{k}"
-        if transport == "ipc":
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="upcall-bench-")
-            return f"ipc://{self._dir}/{k}.sock"
-        if transport == "tcp":
-            # The subscriber binds after the publisher connects, so the port
-            # must be known first: ask the kernel for a free one.
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-        raise ValueError(f"unknown transport {transport!r}")
-
-    def cleanup(self) -> None:
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-
-# ---- the target -----------------------------------------------------------------
-
-class Counting:
-    """The target of the throughput runs: counts, times first to n-th message."""
-
-    def __init__(self, n: int):
-        if n < 2:
-            raise ValueError("need at least 2 messages to time a drain")
-        self.n = n
-        self.done = threading.Event()
-        self.span = measure.CpuSpan()
-        span, done = self.span, self.done
-        count = 0
-
-        def target(msg):
-            nonlocal count
-            count += 1
-            if count == 1:
-                span.mark()
-            elif count == n:
-                span.stop()
-                done.set()
-
-        def delivered():
-            return count
-
-        self.target = target
-        self.delivered = delivered
-
-    def wait(self, poll: Callable[[float], Any] | None = None) -> bool:
-        """Wait until n delivered or no progress for STALL_SECONDS.
-
-        ``poll(timeout)``, if given, is called on this thread instead of
-        sleeping (caller mode).
-        """
-        last, last_t = -1, time.monotonic()
-        while not self.done.is_set():
-            if poll is not None:
-                poll(0.2)
-            else:
-                self.done.wait(0.2)
-            now, c = time.monotonic(), self.delivered()
-            if c != last:
-                last, last_t = c, now
-            elif now - last_t > STALL_SECONDS:
-                return False
-        return True
-
-
 # ---- receivers: how each mode consumes a PULL socket ------------------------------------
-
-class PyzmqLoop:
-    """A careful pyzmq receive loop on a Python thread.
-
-    Poll (a Poller built once), then drain with non-blocking ``recv`` calls,
-    two per message (topic, payload), decode the payload and call the target.
-    """
-
-    def __init__(self, ctx, endpoint: str, decode: Callable, target: Callable):
-        import zmq
-        self.sock = ctx.socket(zmq.PULL)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, args=(decode, target),
-                                       name="pyzmq-loop", daemon=True)
-        self.thread.start()
-
-    def _run(self, decode, target):
-        import zmq
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        poll, recv = poller.poll, self.sock.recv
-        nb, again = zmq.NOBLOCK, zmq.Again
-        while not self.stop:
-            if not poll(100):
-                continue
-            while True:
-                try:
-                    recv(nb)                    # topic
-                except again:
-                    break
-                target(decode(recv(nb)))        # payload: a multipart message arrives whole
-
-    def close(self):
-        self.stop = True
-        self.thread.join(5.0)
-        self.sock.close()
-
 
 def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch: int | None):
     kw: dict[str, Any] = {"kind": "pull", "bind": True}
@@ -556,15 +412,6 @@ def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | No
     return asyncio.run(main())
 
 
-def _caller_poll(sub) -> Callable[[float], Any]:
-    def poll(timeout: float):
-        try:
-            sub.poll(timeout=timeout)
-        except Exception:
-            time.sleep(timeout)
-    return poll
-
-
 # ---- one throughput run -------------------------------------------------------------
 
 class FloodRun:
@@ -583,10 +430,6 @@ class FloodRun:
             self.n = self.n_zmq * k
             one = bench.payload if mode == COALESCED else NIL
             self.payload = coalesced_payload(one, k)
-        # Why this row cannot run in this build (printed, never a figure).
-        self.na = None
-        if mode in COALESCED_MODES and not coalesced_receive(bench.ub):
-            self.na = NO_COALESCING + " (receive side)"
 
     def _new_ctx(self):
         if self.mode in (FLOOR, PINGPONG):
@@ -610,7 +453,7 @@ class FloodRun:
     def prepare(self):
         self._drop_ctx()
         self.b.close_peer_flood()
-        if self.mode in NO_FLOOD_MODES or self.na:
+        if self.mode in NO_FLOOD_MODES:
             return
         self.ctx = self._new_ctx()
         if self.mode == SYNTHETIC:  # no zmq: the source makes the messages
@@ -634,11 +477,7 @@ class FloodRun:
             if not box:
                 raise RuntimeError("in-process flood publisher failed")
             if isinstance(box[0], Exception):
-                if self.mode not in COALESCED_MODES:
-                    raise RuntimeError("in-process flood publisher failed") from box[0]
-                # A publisher that refuses a hand-built coalesced payload: say so.
-                self.na = f"n/a: the in-process flood failed: {box[0]}"
-                return
+                raise RuntimeError("in-process flood publisher failed") from box[0]
             self.flood = box[0]
         else:
             extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
@@ -646,19 +485,11 @@ class FloodRun:
             self.b.peer_flooding = True
         gc.collect()
 
-    def _not_measured(self, why: str | None) -> dict:
-        return {"delivered": 0, "lost": None, "complete": False, "wall": 0.0, "stats": {},
-                "seconds": math.nan, "rate": math.nan, "cpu_us_per_msg": math.nan, "na": why}
-
     def _run_floor(self) -> dict:
         """The C floor: bench/floor_pull.c drains the flood in its own process."""
         n = self.n
         t0 = time.perf_counter()
-        r = subprocess.run([floor_binary()[0], self.endpoint, str(n)], capture_output=True,
-                           text=True, timeout=STALL_SECONDS + 600)
-        if r.returncode != 0:
-            raise RuntimeError(f"floor_pull failed: {r.stderr.strip()}")
-        out = json.loads(r.stdout)
+        out = harness.floor_pull(self.endpoint, n)
         delivered = out["delivered"]
         res = {"delivered": delivered, "lost": n - delivered, "complete": delivered == n,
                "wall": time.perf_counter() - t0, "stats": {}}
@@ -672,9 +503,7 @@ class FloodRun:
 
     def run(self) -> dict:
         if self.mode in NO_FLOOD_MODES:
-            return self._not_measured(None)
-        if self.na:
-            return self._not_measured(self.na)
+            return harness.not_measured(None)
         if self.mode == FLOOR:
             return self._run_floor()
         n = self.n
@@ -695,7 +524,7 @@ class FloodRun:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
                                    self.b.batch)
             try:
-                ok = c.wait(_caller_poll(sub) if self.mode == "caller" else None)
+                ok = c.wait(caller_poll(sub) if self.mode == "caller" else None)
                 stats = dict(sub.stats)
             finally:
                 sub.close(timeout=5.0)
@@ -735,8 +564,6 @@ class PingRun:
     def run(self) -> dict:
         if self.mode in NO_RTT_MODES:
             return {}               # round trips are not measured for these rows
-        if self.mode == COALESCED and coalescing_kwargs(self.b.ub, COALESCE_DELAY) is None:
-            return {"na": NO_COALESCING + " (send side)"}
         if self.b.pin is None:
             return self._run()
         pids = [self.b.peer.pid] if self.b.peer is not None else []
@@ -755,7 +582,7 @@ class PingRun:
             # COALESCE_DELAY for company that never comes (one in flight).
             ctx = b.ub.Bus()
             pub = ctx.publisher(pong_ep, kind="push", bind=True,
-                                **coalescing_kwargs(b.ub, COALESCE_DELAY))
+                                coalesce=True, max_delay=COALESCE_DELAY)
             send = pub.send
 
             def reply(msg):
@@ -784,12 +611,12 @@ class PingRun:
                 psend(payload)
 
             responder = PyzmqLoop(ctx, ping_ep, _decoder(self.mode), reply)
-        poll = _caller_poll(responder) if self.mode == "caller" else None
+        poll = caller_poll(responder) if self.mode == "caller" else None
         try:
             if self.transport == "inproc":
                 res = self._ping_in_process(ctx, ping_ep, pong_ep, poll)
             elif b.c_pinger:
-                res = self._ping_c(ping_ep, pong_ep, poll)
+                res = harness.c_pinger(ping_ep, pong_ep, b.rtt, b.warmup, b.payload, poll)
             else:
                 b.peer.send(cmd="ping", ping=ping_ep, pong=pong_ep, count=b.rtt,
                             warmup=b.warmup)
@@ -811,71 +638,18 @@ class PingRun:
         """The round-trip floor: bench/floor_pingpong.c answering itself, two
         processes (one process, two threads, over inproc)."""
         b = self.b
-        prog = c_program("floor_pingpong")[0]
-        hexed = b.payload.hex()
-        limit = STALL_SECONDS + 600
         if self.transport == "inproc":
-            r = subprocess.run([prog, "inproc", str(b.rtt), str(b.warmup), hexed],
-                               capture_output=True, text=True, timeout=limit)
-        else:
-            res = self._pingpong_c(prog, hexed, limit, hold_us=0)
-            if COALESCED in b.modes:
-                # The floor of the coalesced row's held reply: the same C
-                # responder holding each answer COALESCE_DELAY.
-                held = self._pingpong_c(prog, hexed, limit,
-                                        hold_us=round(COALESCE_DELAY * 1e6))
-                res["held_p50_us"], res["held_p99_us"] = held["p50_us"], held["p99_us"]
-            return res
-        if r.returncode != 0:
-            raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
-        return latency_summary(json.loads(r.stdout)["samples_ns"])
-
-    def _pingpong_c(self, prog, hexed, limit, hold_us) -> dict:
-        """Two floor_pingpong processes; the responder holds each answer
-        hold_us (0: answers at once)."""
-        b = self.b
-        ping_ep, pong_ep = b.endpoints.new(self.transport), b.endpoints.new(self.transport)
-        pong = subprocess.Popen([prog, "pong", ping_ep, pong_ep, str(b.rtt + b.warmup),
-                                 str(hold_us)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            r = subprocess.run([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
-                                hexed], capture_output=True, text=True, timeout=limit)
-            pong.wait(timeout=STALL_SECONDS + 5)
-        finally:
-            if pong.poll() is None:
-                pong.kill()
-                pong.wait()
-        if r.returncode != 0:
-            raise RuntimeError(f"floor_pingpong failed: {r.stderr.strip()}")
-        return latency_summary(json.loads(r.stdout)["samples_ns"])
-
-    def _ping_c(self, ping_ep, pong_ep, poll) -> dict:
-        """--bus-pinger c: bench/floor_pingpong.c pings this row's responder
-        (the same pinger as c-pingpong's, so only the responder differs)."""
-        b = self.b
-        prog = c_program("floor_pingpong")[0]
-        # Its output goes to files, not pipes: in caller mode this thread
-        # polls the responder instead of reading, and the samples (~200 KB)
-        # would fill a pipe and stop the pinger mid-write.
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([prog, "ping", ping_ep, pong_ep, str(b.rtt), str(b.warmup),
-                                     b.payload.hex()], stdout=out, stderr=err)
-            try:
-                if poll is not None:   # caller mode: this thread is the responder's loop
-                    deadline = time.monotonic() + 600
-                    while proc.poll() is None and time.monotonic() < deadline:
-                        poll(0.1)
-                proc.wait(timeout=STALL_SECONDS + 600)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            out.seek(0)
-            err.seek(0)
-            if proc.returncode != 0:
-                return {"error": f"floor_pingpong ping failed: {err.read().strip()}"}
-            return latency_summary(json.loads(out.read())["samples_ns"])
+            return harness.pingpong_inproc(b.rtt, b.warmup, b.payload)
+        res = harness.pingpong(b.endpoints.new(self.transport), b.endpoints.new(self.transport),
+                               b.rtt, b.warmup, b.payload)
+        if COALESCED in b.modes:
+            # The floor of the coalesced row's held reply: the same C
+            # responder holding each answer COALESCE_DELAY.
+            held = harness.pingpong(b.endpoints.new(self.transport),
+                                    b.endpoints.new(self.transport), b.rtt, b.warmup, b.payload,
+                                    hold_us=round(COALESCE_DELAY * 1e6))
+            res["held_p50_us"], res["held_p99_us"] = held["p50_us"], held["p99_us"]
+        return res
 
     def _ping_in_process(self, ctx, ping_ep, pong_ep, poll) -> dict:
         b = self.b
@@ -899,19 +673,31 @@ class PingRun:
 
 # ---- the section ------------------------------------------------------------------
 
-class BusBench:
+class BusBench(harness.Rig):
+    """The --bus section: its settings from the command line, its tables."""
+
     def __init__(self, opts):
         def opt(name, default=None):
             return getattr(opts, name, None) or default
 
         quick = bool(opt("quick", False))
         full = bool(opt("full", False)) and not quick
+        # Quick mode checks that everything runs: no waiting for a quiet machine.
+        stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
+                     else dict(retries=3, idle_timeout=30.0) if full
+                     else dict(retries=1, idle_timeout=2.0))
+        # A shared machine is never idle for long: the runs may be told to
+        # wait less (each one still reports whether it was disturbed).
+        if getattr(opts, "bus_idle_timeout", None) is not None:
+            stable_kw["idle_timeout"] = opts.bus_idle_timeout
+        if getattr(opts, "bus_retries", None) is not None:
+            stable_kw["retries"] = opts.bus_retries
+        super().__init__(opt("bus_repeats", 1 if quick else FULL_REPEATS if full
+                             else DEFAULT_REPEATS), stable_kw)
         self.quick = quick
         self.n = opt("bus_n", QUICK_N if quick else FULL_N if full else DEFAULT_N)
         self.rtt = opt("bus_rtt", QUICK_RTT if quick else FULL_RTT if full else DEFAULT_RTT)
         self.warmup = 20 if quick else 500
-        self.repeats = opt("bus_repeats", 1 if quick else FULL_REPEATS if full
-                           else DEFAULT_REPEATS)
         self.batch = opt("bus_batch")
         self.latency = not opt("bus_no_latency", False)
         self.pin = getattr(opts, "bus_pin_latency", None)
@@ -924,36 +710,12 @@ class BusBench:
                 raise SystemExit(f"--bus-transports: unknown transport {t!r}")
         self.modes, self.notes = available_modes(
             [m for m in opt("bus_modes", ",".join(MODES)).split(",") if m])
-        self.ub = _upcall_bus()
-        self.payload = small_payload()
         self.coalesce_k = opt("bus_coalesce_k", COALESCE_K)
         self.publish_modes, publish_notes = publish.available_modes(self.ub)
         self.notes += publish_notes
         self.publish = not opt("bus_no_publish", False)
         self.publish_n = opt("bus_publish_n", self.n)
-        self.endpoints = Endpoints()
-        self.peer: PeerProcess | None = None
         self.peer_backend = opt("bus_peer")
-        self.peer_flooding = False
-        # Quick mode checks that everything runs: no waiting for a quiet machine.
-        self.stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
-                          else dict(retries=3, idle_timeout=30.0) if full
-                          else dict(retries=1, idle_timeout=2.0))
-        # A shared machine is never idle for long: the runs may be told to
-        # wait less (each one still reports whether it was disturbed).
-        if getattr(opts, "bus_idle_timeout", None) is not None:
-            self.stable_kw["idle_timeout"] = opts.bus_idle_timeout
-        if getattr(opts, "bus_retries", None) is not None:
-            self.stable_kw["retries"] = opts.bus_retries
-
-    def close_peer_flood(self):
-        if self.peer_flooding and self.peer is not None:
-            self.peer.request(cmd="close")
-            self.peer_flooding = False
-
-    def _stable(self, job) -> tuple[dict, measure.RunInfo]:
-        pids = [self.peer.pid] if self.peer is not None else []
-        return measure.run_stable(job.run, prepare=job.prepare, pids=pids, **self.stable_kw)
 
     def modes_for(self, transport: str) -> list[str]:
         """The rows of one transport: the C floor needs a peer process."""
@@ -974,14 +736,14 @@ class BusBench:
                 round_modes = [m for r, m in order if r == rep]
                 for mode in round_modes:
                     job = FloodRun(self, transport, mode)
-                    res, info = self._stable(job)
+                    res, info = self.stable(job)
                     res["info"], res["n"] = info, job.n
                     disturbed[mode] += info.disturbed
                     flood[mode].append(res)
                     shown.step(f"flood {mode}")
                 if self.latency:
                     for mode in round_modes:
-                        res, info = self._stable(PingRun(self, transport, mode))
+                        res, info = self.stable(PingRun(self, transport, mode))
                         disturbed[mode] += info.disturbed
                         ping[mode].append(res)
                         shown.step(f"round trips {mode}")
@@ -1127,8 +889,8 @@ class BusBench:
                 self.print_table(transport, recs)
                 records += recs
                 if self.publish and self.publish_modes and transport != "inproc":
-                    recs = publish.run(self, transport)
-                    publish.print_table(self, transport, recs)
+                    recs = publish.run(self, transport, self.publish_modes, self.publish_n)
+                    publish.print_table(transport, recs, self.publish_n, self.repeats)
                     records += recs
         finally:
             if self.peer is not None:

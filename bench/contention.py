@@ -37,7 +37,7 @@ import upcall
 from upcall._bus import _synthetic_info, _synthetic_subscribe
 
 from bench import measure, report
-from bench.bus import Endpoints, PyzmqLoop
+from bench.harness import Endpoints, PyzmqLoop
 from bench.peer import PeerProcess, have_pyzmq
 from bench.workload import small_payload
 

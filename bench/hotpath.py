@@ -16,6 +16,7 @@ PYTHONHASHSEED=0: str hashes decide how many probes a dict insert takes, so a
 random seed moves the count of the map cases by about 1%.  The zmq case also
 varies by about 1% with thread interleaving (the sender is in the count too).
 """
+import os
 import sys
 import time
 
@@ -23,8 +24,8 @@ import upcall
 from upcall._bus import _synthetic_subscribe
 from upcall.handler import Counter
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from workload import NIL, small_payload  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.workload import NIL, small_payload  # noqa: E402
 
 
 def _noop(msg):

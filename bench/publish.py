@@ -9,30 +9,21 @@ send returning, and ``flush()`` for the coalescing rows); ``cpu_us_per_msg``
 = the sending process's CPU (its libzmq I/O thread included) over that span
 per message; ``zmq_messages`` = zmq messages the receiver got; ``lost`` = N -
 counted.  Ratios to ``pyzmq+msgspec send`` (``x pyzmq``) and ``c-send``
-(``x C``) of the same transport and run.  ``run(bench, transport)`` takes the
---bus section's :class:`bench.bus.BusBench` (its endpoints, repeats, stable
-runs, upcall module and payload).
+(``x C``) of the same transport and run.  ``run(rig, transport, modes, n)``
+takes the calling section's :class:`bench.harness.Rig` (its endpoints,
+repeats, stable runs, upcall module and payload).
 """
 from __future__ import annotations
 
 import gc
 import itertools
-import json
-import math
-import subprocess
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from bench import measure, progress, report
-from bench.coalescing import NO_COALESCING, coalescing_kwargs
+from bench import harness, measure, progress, report
 from bench.floors import c_program
+from bench.harness import CountingReceiver, Rig
 from bench.peer import have_pyzmq
 from bench.workload import SMALL_MESSAGE, TOPIC
-
-if TYPE_CHECKING:
-    from bench.bus import BusBench
-
-#: Longest a C sender may take, beyond the receiver's own 5 s stall limit.
-SEND_TIMEOUT = 600
 
 
 def _have_msgspec() -> bool:
@@ -59,46 +50,33 @@ class PublishRun:
     can (SNDHWM 0: nothing blocks), time that, then let the receiver count
     them (coalesced ones split), so that lost = n - counted."""
 
-    def __init__(self, bench: "BusBench", transport: str, mode: str):
-        self.b, self.transport, self.mode = bench, transport, mode
-        self.n = bench.publish_n
-        self.receiver: subprocess.Popen | None = None
+    def __init__(self, rig: Rig, transport: str, mode: str, n: int):
+        self.b, self.transport, self.mode = rig, transport, mode
+        self.n = n
+        self.receiver: CountingReceiver | None = None
         self.endpoint = ""
 
     def _stop_receiver(self):
         if self.receiver is not None:
-            if self.receiver.poll() is None:
-                self.receiver.kill()
-            self.receiver.wait()
-            self.receiver.stdout.close()
+            self.receiver.close()
             self.receiver = None
 
     def prepare(self):
         self._stop_receiver()
         self.endpoint = self.b.endpoints.new(self.transport)
-        self.receiver = subprocess.Popen([c_program("count_pull")[0], self.endpoint, str(self.n)],
-                                         stdout=subprocess.PIPE, text=True)
-        if self.receiver.stdout.readline().strip() != "ready":
-            raise RuntimeError("count_pull did not start")
+        self.receiver = CountingReceiver(self.endpoint, self.n)
         gc.collect()
 
-    def _send_upcall(self) -> tuple[dict, Callable[[], None]] | str:
-        """(figures, close) or why this build cannot."""
+    def _send_upcall(self) -> tuple[dict, Callable[[], None]]:
+        """(figures, close)."""
         ub, n = self.b.ub, self.n
-        kw = {}
-        if self.mode.endswith("+coalesce"):
-            kw = coalescing_kwargs(ub)
-            if kw is None:
-                return NO_COALESCING + " (send side)"
+        coalesce = self.mode.endswith("+coalesce")
         bus = ub.Bus()
-        pub = bus.publisher(self.endpoint, kind="push", bind=False, sndhwm=0, **kw)
+        pub = bus.publisher(self.endpoint, kind="push", bind=False, sndhwm=0, coalesce=coalesce)
 
         def close():
             pub.close()
             bus.close()
-        if self.mode.startswith("send_many") and not hasattr(pub, "send_many"):
-            close()
-            return NO_COALESCING + " (no send_many)"
         obj, payload = SMALL_MESSAGE, self.b.payload
         span = measure.CpuSpan.start()
         if self.mode.startswith("send_many"):
@@ -111,7 +89,7 @@ class PublishRun:
             send = pub.send
             for _ in range(n):
                 send(TOPIC, obj)
-        if kw:
+        if coalesce:
             pub.flush()
         span.stop()
         return {"seconds": span.wall, "cpu": span.cpu}, close
@@ -141,22 +119,12 @@ class PublishRun:
         close = None
         try:
             if self.mode == PUB_FLOOR:
-                r = subprocess.run([c_program("floor_push")[0], self.endpoint, str(n),
-                                    self.b.payload.hex()],
-                                   capture_output=True, text=True, timeout=SEND_TIMEOUT)
-                if r.returncode != 0:
-                    raise RuntimeError(f"floor_push failed: {r.stderr.strip()}")
-                sent = json.loads(r.stdout)
+                sent = harness.floor_push(self.endpoint, n, self.b.payload)
             elif self.mode == PUB_REFERENCE:
                 sent, close = self._send_pyzmq()
             else:
-                got = self._send_upcall()
-                if isinstance(got, str):
-                    return {"lost": None, "rate": math.nan, "cpu_us_per_msg": math.nan,
-                            "seconds": math.nan, "na": got, "zmq_messages": None}
-                sent, close = got
-            out = json.loads(self.receiver.stdout.readline() or "{}")
-            self.receiver.wait(timeout=60)
+                sent, close = self._send_upcall()
+            out = self.receiver.result()
         finally:
             if close is not None:
                 close()
@@ -184,15 +152,15 @@ def available_modes(ub) -> tuple[list[str], list[str]]:
     return ok, notes
 
 
-def run(bench: "BusBench", transport: str) -> list[dict]:
-    """The publishing rows of one transport, interleaved and repeated."""
-    modes = bench.publish_modes
+def run(rig: Rig, transport: str, modes: list[str], n: int) -> list[dict]:
+    """The publishing rows of one transport, n messages each, interleaved and
+    repeated rig.repeats times."""
     runs: dict[str, list] = {m: [] for m in modes}
     disturbed: dict[str, int] = {m: 0 for m in modes}
-    order = list(measure.interleave(modes, bench.repeats))
+    order = list(measure.interleave(modes, rig.repeats))
     with progress.Progress(f"publishing {transport}", len(order)) as shown:
         for _, mode in order:
-            res, info = bench._stable(PublishRun(bench, transport, mode))
+            res, info = rig.stable(PublishRun(rig, transport, mode, n))
             disturbed[mode] += info.disturbed
             runs[mode].append(res)
             shown.step(f"send {mode}")
@@ -206,8 +174,8 @@ def run(bench: "BusBench", transport: str) -> list[dict]:
         recs.append({
             # Its own section (``--json``, ``--plot``): sent, not delivered.
             "section": "bus publishing", "part": "publish", "transport": transport,
-            "mode": mode, "n": bench.publish_n,
-            "repeats": bench.repeats,
+            "mode": mode, "n": n,
+            "repeats": rig.repeats,
             "rate": rate.median, "rate_min": rate.min, "rate_max": rate.max,
             "cpu_us_per_msg": cpu.median, "cpu_us_min": cpu.min, "cpu_us_max": cpu.max,
             "lost": sum(lost) if lost else None, "na": "; ".join(na) or None,
@@ -223,7 +191,8 @@ def run(bench: "BusBench", transport: str) -> list[dict]:
         r["cpu_floor_ratio"] = report.ratio(r["cpu_us_per_msg"], floor.get("cpu_us_per_msg"))
     return recs
 
-def print_table(bench: "BusBench", transport: str, recs: list[dict]) -> None:
+
+def print_table(transport: str, recs: list[dict], n: int, repeats: int) -> None:
     rng = report.fmt_range
     cols = [
         report.Column("mode"),
@@ -245,7 +214,7 @@ def print_table(bench: "BusBench", transport: str, recs: list[dict]) -> None:
     for r in recs:
         if r["na"]:
             note += f"\n   {r['mode']}: {r['na']}"
-    title = (f"publishing over {transport}: {bench.publish_n:,} msgs x {bench.repeats}, "
+    title = (f"publishing over {transport}: {n:,} msgs x {repeats}, "
              f"sender = this process, receiver = bench/count_pull.c")
     report.print_table(recs, cols, title=title, note=note)
     by_mode = {r["mode"]: r for r in recs}
