@@ -1,9 +1,7 @@
 """The benchmark behind bench_upcalls.py (source tree only, not installed).
 
-One module per section (codec, upcalls, contention, bus, large) and per part
-of one (publish: the --bus publishing rows; compression: the --large lz4
-rows), the workload they share, the peer process, the physical floors' C
-programs (floors, *.c), what the build has for coalescing (coalescing), a
-rate-limited link between network namespaces (netns), and the measuring,
-table and plot helpers.
+Sections (codec, upcalls, contention, bus with its publishing part, large
+with its compression part) import the harness (harness, measure, report,
+progress, peer, workload, floors, coalescing, netns, plot), never each
+other; bench/README.md draws the layout.
 """
