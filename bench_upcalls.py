@@ -14,7 +14,8 @@ repeats, up to 30 s of waiting before each run.
 
 Each section is a module of bench/ with ``add_arguments(parser)`` and
 ``run(opts) -> list[dict]``: it prints its own table and returns one record
-per row for ``--json`` and ``--plot``.  Every compared figure is a ratio
+per row for ``--json`` and ``--plot``; the sections share the harness
+(bench/harness.py and its neighbours), drawn in bench/README.md.  Every compared figure is a ratio
 measured within one run; see PERF.md for how to read the tables.
 """
 import argparse
