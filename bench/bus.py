@@ -91,8 +91,8 @@ Round-trip latency
     different pingers and share one interpreter with the responder.
 
 Publishing (ipc and tcp; ``--bus-no-publish`` skips it; :mod:`bench.publish`)
-    The sending side (its own section in --json): a sender in this process (a plain C ``zmq_send`` loop
-    in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
+    The sending side (its own section in --json): a sender in this
+    process (a plain C ``zmq_send`` loop in its own process for ``c-send``) connects a PUSH with SNDHWM 0 to a
     receiver that only counts (bench/count_pull.c, its own process; it
     splits coalesced messages with the core's ``mp_skip``) and sends N
     messages as fast as it can; nothing blocks, so the figure is the
