@@ -26,7 +26,7 @@ import sys
 
 import pytest
 
-from helpers import free_tcp_port, script_env
+from helpers import DEV_MODE, free_tcp_port, script_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 60
@@ -127,7 +127,7 @@ def test_program_runs(block, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(with_free_ports(block.text), encoding="utf-8")
     try:
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=script_env(),
+        proc = subprocess.run([sys.executable, *DEV_MODE, str(script)], cwd=tmp_path, env=script_env(),
                               capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{block.id} did not finish within {TIMEOUT} s; stdout={e.stdout!r} "
