@@ -22,11 +22,11 @@ SYMBOLS = ["AAPL", "MSFT", "NVDA"]
 async def feed(bus):
     """Publish N_TRADES trades; send_async never blocks the event loop, even
     when the service falls behind and the high-water mark is reached."""
-    push = bus.publisher(TRADES, kind="push", bind=False, sndhwm=100)
-    for i in range(N_TRADES):
-        sym = SYMBOLS[i % len(SYMBOLS)]
-        await push.send_async(b"trade", {"sym": sym, "px": 100.0 + i % 7, "qty": 1 + i % 5})
-    await push.send_async(b"trade", {"sym": None})          # end of the feed
+    with bus.publisher(TRADES, kind="push", bind=False, sndhwm=100) as push:
+        for i in range(N_TRADES):
+            sym = SYMBOLS[i % len(SYMBOLS)]
+            await push.send_async(b"trade", {"sym": sym, "px": 100.0 + i % 7, "qty": 1 + i % 5})
+        await push.send_async(b"trade", {"sym": None})          # end of the feed
 
 
 async def service(bus, ready):
@@ -35,20 +35,23 @@ async def service(bus, ready):
     and publish each symbol's running VWAP."""
     notional = collections.Counter()
     volume = collections.Counter()
-    out = bus.publisher(VWAP, sndhwm=0)     # the client must see every symbol's last update
-    async with bus.subscribe_async(TRADES, kind="pull", bind=True, queue_size=1000) as trades:
-        ready.set()
-        async for trade in trades:
-            sym = trade["sym"]
-            if sym is None:
-                break
-            notional[sym] += trade["px"] * trade["qty"]
-            volume[sym] += trade["qty"]
-            await out.send_async(f"vwap.{sym}", {"sym": sym, "vwap": notional[sym] / volume[sym]})
-        stats = trades.stats
-    print(f"service: {stats['delivered']} trades in {stats['batches']} batches, "
-          f"{stats['wakeups']} event-loop wake-ups, {stats['dropped']} dropped")
-    await out.send_async(b"vwap.end", None)
+    # sndhwm=0: the client must see every symbol's last update
+    with bus.publisher(VWAP, sndhwm=0) as out:
+        async with bus.subscribe_async(TRADES, kind="pull", bind=True,
+                                       queue_size=1000) as trades:
+            ready.set()
+            async for trade in trades:
+                sym = trade["sym"]
+                if sym is None:
+                    break
+                notional[sym] += trade["px"] * trade["qty"]
+                volume[sym] += trade["qty"]
+                await out.send_async(f"vwap.{sym}",
+                                     {"sym": sym, "vwap": notional[sym] / volume[sym]})
+            stats = trades.stats
+        print(f"service: {stats['delivered']} trades in {stats['batches']} batches, "
+              f"{stats['wakeups']} event-loop wake-ups, {stats['dropped']} dropped")
+        await out.send_async(b"vwap.end", None)
 
 
 async def client(bus, subscribed):

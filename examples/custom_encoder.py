@@ -55,8 +55,8 @@ def receive_one(bus, endpoint, publisher_kwargs, obj):
     got = []
     arrived = threading.Event()
     bus.subscribe(endpoint, lambda msg: (got.append(msg), arrived.set()), kind="pull", bind=True)
-    pub = bus.publisher(endpoint, kind="push", bind=False, **publisher_kwargs)
-    pub.send(b"orders", obj)
+    with bus.publisher(endpoint, kind="push", bind=False, **publisher_kwargs) as pub:
+        pub.send(b"orders", obj)
     if not arrived.wait(10):
         raise SystemExit("nothing arrived")
     return got[0]

@@ -46,13 +46,14 @@ def main():
                             decoder=msgspec.msgpack.Decoder(Trade).decode)
         raw = bus.subscribe("inproc://raw", payloads.append, kind="pull", bind=True, raw=True)
 
-        pub = bus.publisher("inproc://trades", kind="push", bind=False,
-                            encoder=msgspec.msgpack.Encoder().encode)
-        pub.send(b"trades.AAPL", Trade("AAPL", 187.25, 100))
-        pub.send(b"trades.BAD", {"sym": "BAD", "px": "n/a", "qty": 1})   # fails validation
-        pub.send(b"trades.MSFT", Trade("MSFT", 411.5, 20))
-        pub.send(b"trades.NVDA", Trade("NVDA", 122.0, 7))
-        bus.publisher("inproc://raw", kind="push", bind=False).send(b"raw", {"k": [1, 2]})
+        with bus.publisher("inproc://trades", kind="push", bind=False,
+                           encoder=msgspec.msgpack.Encoder().encode) as pub:
+            pub.send(b"trades.AAPL", Trade("AAPL", 187.25, 100))
+            pub.send(b"trades.BAD", {"sym": "BAD", "px": "n/a", "qty": 1})   # fails validation
+            pub.send(b"trades.MSFT", Trade("MSFT", 411.5, 20))
+            pub.send(b"trades.NVDA", Trade("NVDA", 122.0, 7))
+        with bus.publisher("inproc://raw", kind="push", bind=False) as pub:
+            pub.send(b"raw", {"k": [1, 2]})
 
         if not done.wait(10):
             raise SystemExit("the trades did not arrive")

@@ -59,6 +59,11 @@ UPCALL_PATH = os.path.dirname(os.path.dirname(os.path.abspath(upcall.__file__)))
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+# Interpreter flags for the examples and doc programs: development mode, an
+# unclosed resource an error (what a careful user runs them with).
+DEV_MODE = ("-X", "dev", "-W", "error::ResourceWarning")
+
+
 def script_env(**extra):
     """The environment for a child interpreter: it imports the same upcall
     as this process, and these helpers, from any working directory."""

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import script_env
+from helpers import DEV_MODE, script_env
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "examples")
@@ -64,7 +64,7 @@ def test_every_example_is_checked():
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_runs(name, tmp_path):
     try:
-        proc = subprocess.run([sys.executable, os.path.join(EXAMPLES_DIR, name)],
+        proc = subprocess.run([sys.executable, *DEV_MODE, os.path.join(EXAMPLES_DIR, name)],
                               cwd=tmp_path, env=script_env(), capture_output=True, text=True,
                               timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
