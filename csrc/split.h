@@ -50,9 +50,6 @@ typedef struct uc_split {
     int pending;           /* a fault uc_split_begin found, reported next */
     int fault;             /* after UC_SPLIT_FAULT: what broke (MP_ERR_*, UC_SPLIT_ERR_*) */
     size_t fault_offset;   /* and where, in bytes from the payload's start */
-    int plain;             /* set once by the owner: the extensions are off
-                              (subscribe(extensions=False)), an ext 127
-                              payload is one plain message, never split */
 } uc_split;
 
 enum { UC_SPLIT_END = 0, UC_SPLIT_MSG = 1, UC_SPLIT_FAULT = 2 };
@@ -60,9 +57,9 @@ enum { UC_SPLIT_END = 0, UC_SPLIT_MSG = 1, UC_SPLIT_FAULT = 2 };
 /* Out of line: an ext header (the rare case) is parsed here. */
 int uc_split_begin_ext(uc_split *sp, const char *data, size_t size);
 
-/* 1 if data[0:size] is a coalesced payload (an ext 127 header at byte 0,
- * and sp->plain clear): *sp is then ready for uc_split_next.  0 for any
- * other payload, which is one message as it is.  An ordinary payload costs one compare of its
+/* 1 if data[0:size] is a coalesced payload (an ext 127 header at byte 0):
+ * *sp is then ready for uc_split_next.  0 for any other payload, which is
+ * one message as it is.  An ordinary payload costs one compare of its
  * first byte (only ext headers get further). */
 static inline int uc_split_begin(uc_split *sp, const char *data, size_t size)
 {
