@@ -17,21 +17,22 @@
 #include <stddef.h>
 
 #include "bus.h"
+#include "wire.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define UC_EXT_COALESCED 127
-#define UC_COALESCED_VERSION 1
+/* The ext code, the version and the layout are wire.h's. */
+#define UC_COALESCED_VERSION UC_BATCH_VERSION
 
 /* Faults of a coalesced payload beyond the reader's MP_ERR_* codes (a
  * message that does not skip reports the reader's code: truncated, length,
- * reserved, depth, timestamp). */
+ * reserved, depth, timestamp); their numbers are wire.h's. */
 enum {
-    UC_SPLIT_ERR_VERSION = 64,  /* "batch_version": a version byte other than 1 */
-    UC_SPLIT_ERR_LENGTH = 65,   /* "batch_length": the ext's length disagrees with the frame */
-    UC_SPLIT_ERR_OOB = 66,      /* "batch_oob": frames after a coalesced payload (not supported) */
+    UC_SPLIT_ERR_VERSION = UC_WIRE_ERR_BATCH_VERSION,  /* "batch_version" */
+    UC_SPLIT_ERR_LENGTH = UC_WIRE_ERR_BATCH_LENGTH,    /* "batch_length" */
+    UC_SPLIT_ERR_OOB = UC_WIRE_ERR_BATCH_OOB,          /* "batch_oob" */
 };
 
 /* Short stable name and a sentence for a fault code (MP_ERR_* included). */
@@ -62,8 +63,7 @@ int uc_split_begin_ext(uc_split *sp, const char *data, size_t size);
  * first byte (only ext headers get further). */
 static inline int uc_split_begin(uc_split *sp, const char *data, size_t size)
 {
-    unsigned char b = size ? (unsigned char)data[0] : 0;
-    if (!((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8)))
+    if (!uc_wire_ext_marker(size ? (unsigned char)data[0] : 0))
         return 0;
     return uc_split_begin_ext(sp, data, size);
 }

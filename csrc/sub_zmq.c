@@ -71,6 +71,7 @@ typedef struct zmq_source {
     /* A coalesced payload being split: its zmq message is
      * pool[split_first, split_first + split_kept) (1 or 2 frames). */
     int splitting;
+    int plain_ext;     /* subscribe(extensions=False): an ext 127 payload is one message */
     uc_split split;
     size_t split_first, split_kept;
 
@@ -241,7 +242,10 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         m->n_frames = total;
         m->wire = NULL;
         m->fault = 0;
-        if (__builtin_expect(uc_split_begin(&z->split, m->payload.data, m->payload.size), 0)) {
+        /* plain_ext is read only for an ext 127 payload: an ordinary one
+         * pays nothing for the option. */
+        if (__builtin_expect(uc_split_begin(&z->split, m->payload.data, m->payload.size), 0)
+            && !z->plain_ext) {
             if (total > 2) {
                 /* Coalesced with out-of-band frames: one report, whole. */
                 m->wire = kept == 1 ? &v[0] : &v[1];
@@ -661,6 +665,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         return NULL;
     zmq_source *z = (zmq_source *)s;
     z->kind = o->kind;
+    z->plain_ext = o->plain_ext;
     z->changes_end = &z->changes;
     z->pool_cap = pool_capacity(o->batch);
     z->pool = calloc(z->pool_cap, sizeof *z->pool);

@@ -16,7 +16,7 @@
 # Receive: the decoder resolves a reference into a read-only memoryview over
 # a _HeldFrame, which holds the zmq message itself (uc_sub_hold) until the
 # last view of it is gone; freeing it is safe on any thread at any time.
-# An LZ4-compressed frame (flags bit 0) is decompressed into one allocation
+# An LZ4-compressed frame (codec UC_OOB_CODEC_LZ4) is decompressed into one allocation
 # (_Inflated), viewed the same way; subscribe(copy=True) gives bytes instead.
 #
 # Compression (publisher(compression="lz4"), csrc/compress.h): each frame of
@@ -34,13 +34,9 @@ cdef extern from "Python.h":
 from upcall._codec cimport OobBuffer
 from upcall.includes.compress cimport *
 
-# ext 126 flags and the decoder's codes for a frame that cannot be
-# decompressed (upcall/_codec_c.h: UCD_OOB_LZ4, UCD_ERR_OOB_*).
-cdef enum:
-    _OOB_LZ4 = 1
-    _ERR_OOB_CODEC = 120
-    _ERR_OOB_DECOMPRESS = 121
-    _ERR_MSG_SIZE = 122
+# The reference's codec ids and the faults of a frame that cannot be
+# decompressed are the wire format's (csrc/wire.h).
+from upcall.includes.wire cimport *
 
 #: The codecs ``publisher(compression=...)`` takes in this build: ("lz4",)
 #: when upcall was built with liblz4, else ().
@@ -51,7 +47,7 @@ COMPRESSION = ("lz4",) if uc_lz4_available() else ()
 #: out of band (PERF.md, "Large payloads").  The default is None: never.
 DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
-MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
+MAX_OOB_FRAMES = UC_WIRE_MAX_OOB
 #: Bytes the compressed out-of-band frames of one message may decompress to,
 #: in all, for a subscription given no ``max_message_size`` (docs/security.md).
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
@@ -238,7 +234,7 @@ cdef inline bint _oob_take(_oob_ctx *c, uint64_t size, int *err) noexcept:
         c.left -= size
         return True
     c.refused = c.limit - c.left + size
-    err[0] = _ERR_MSG_SIZE
+    err[0] = UC_WIRE_ERR_MSG_SIZE
     return False
 
 
@@ -267,10 +263,10 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *
     cdef char *dst
     cdef int rc
     if not uc_lz4_available():
-        err[0] = _ERR_OOB_CODEC
+        err[0] = UC_WIRE_ERR_OOB_CODEC
         return None
     if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
-        err[0] = _ERR_OOB_DECOMPRESS
+        err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
     if not _oob_take(c, size, err):
         return None
@@ -287,22 +283,22 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *
     with nogil:
         rc = uc_lz4_decompress(f.data, f.size, dst, <size_t>size)
     if rc != UC_OK:
-        err[0] = _ERR_OOB_DECOMPRESS
+        err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
     return out if copy else PyMemoryView_FromObject(v)
 
 
-cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
+cdef object _oob_value(void *ctx, size_t i, int codec, uint64_t size, int *err):
     """The decoder's value for the i-th frame after the payload of the
     message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
     memoryview over the zmq frame itself, or over a copy for a source without
-    zmq frames, or over its decompressed bytes (flags: _OOB_LZ4)."""
+    zmq frames, or over its decompressed bytes (a codec other than UC_OOB_CODEC_NONE)."""
     cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
     cdef int rc
-    if flags & _OOB_LZ4:
+    if codec != UC_OOB_CODEC_NONE:
         return _oob_inflated(c, i, size, False, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
@@ -316,11 +312,11 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     return PyMemoryView_FromObject(PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size))
 
 
-cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
+cdef object _oob_bytes(void *ctx, size_t i, int codec, uint64_t size, int *err):
     """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
     cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
-    if flags & _OOB_LZ4:
+    if codec != UC_OOB_CODEC_NONE:
         return _oob_inflated(c, i, size, True, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
