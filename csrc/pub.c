@@ -54,7 +54,7 @@
 #include "compress.h"
 #include "oob_impl.h"
 #include "sockopt.h"
-#include "sub_impl.h"
+#include "sub_caller.h"
 #include "util.h"
 
 struct uc_pub {
@@ -386,7 +386,7 @@ static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
         rc = try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
         if (rc != UC_ERR_AGAIN)
             return rc;
-        if (caller_sub && uc_sub_stopping(caller_sub))
+        if (caller_sub && uc_sub_stop_requested(caller_sub))
             return UC_ERR_STOPPING;
         long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
         if (wait == 0)
@@ -395,15 +395,15 @@ static int send_locked(uc_pub *p, const void *topic, size_t topic_len,
             {.socket = p->sock, .events = ZMQ_POLLOUT},
             {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
             {.socket = NULL, .fd = uc_bus_closing_fd(p->bus), .events = ZMQ_POLLIN},
-            {.socket = NULL, .fd = caller_sub ? caller_sub->efd : -1, .events = ZMQ_POLLIN},
+            {.socket = NULL, .fd = caller_sub ? uc_sub_wake_fd(caller_sub) : -1, .events = ZMQ_POLLIN},
         };
         if (zmq_poll(items, caller_sub ? 4 : 3, wait) < 0 && errno != EINTR)
             return UC_ERR_ZMQ;
-        if (caller_sub && (items[3].revents & ZMQ_POLLIN) && !uc_sub_stopping(caller_sub)) {
+        if (caller_sub && (items[3].revents & ZMQ_POLLIN) && !uc_sub_stop_requested(caller_sub)) {
             /* A wake-up meant for the loop (uc_sub_wake), which cannot look
              * while we run inside its deliver: take it so as not to spin on
              * it, and give it back before returning. */
-            uc_efd_drain(caller_sub->efd);
+            uc_efd_drain(uc_sub_wake_fd(caller_sub));
             *took_loop_wake = 1;
         }
     }
@@ -680,7 +680,7 @@ static int unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
     int e = errno;
     pthread_mutex_unlock(&p->mu);
     if (sc->took_loop_wake)
-        uc_efd_signal(sc->caller_sub->efd);
+        uc_efd_signal(uc_sub_wake_fd(sc->caller_sub));
     if (rc != UC_ERR_AGAIN)
         wake_watchers(p);
     errno = e;

@@ -58,6 +58,16 @@ uc_sub *uc_sub_current(void)
     return (uc_sub *)uc_current;
 }
 
+int uc_sub_wake_fd(const uc_sub *s)
+{
+    return s->efd;
+}
+
+int uc_sub_stop_requested(const uc_sub *s)
+{
+    return atomic_load_explicit(&s->stop, memory_order_relaxed);
+}
+
 /* ---- references ------------------------------------------------------- */
 
 static void sub_destroy(uc_sub *s)

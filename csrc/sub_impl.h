@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "sockopt.h"
+#include "sub_caller.h"
 
 typedef struct uc_sub_ops {
     /* The loop body, on the thread that owns the source (the loop's thread,
@@ -85,11 +86,6 @@ uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err);
 /* Undo uc_sub_new and the source's setup (its finalize, then destroy): for
  * an open that fails after uc_sub_new. */
 void uc_sub_discard(uc_sub *s);
-
-/* The subscription whose deliver (or on_exit) runs on this thread, or NULL:
- * a blocking call made from inside a target (a send at the high-water mark)
- * polls its eventfd too, so that closing the subscription interrupts it. */
-uc_sub *uc_sub_current(void);
 
 /* For the source's run: hand n messages to deliver, count the batch and
  * return deliver's verdict (UC_DELIVER_MORE, _PAUSE or _STOP; any other

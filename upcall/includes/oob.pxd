@@ -40,5 +40,5 @@ cdef extern from "oob.h" nogil:
     void uc_held_free(uc_held *h)
     uint64_t uc_held_outstanding()
 
-cdef extern from "sub_impl.h" nogil:
+cdef extern from "sub_caller.h" nogil:
     uc_sub *uc_sub_current()
