@@ -1,4 +1,5 @@
 # Cython declarations of the C core's out-of-band frames (csrc/oob.h).
+# (Internal; not installed: the bridge's own, built from the source tree.)
 from libc.stdint cimport uint64_t
 
 from upcall.includes.bus cimport uc_pub, uc_sub, uc_frame
