@@ -76,7 +76,7 @@ static int send_batch_locked(uc_pub *p, uc_batch *b, send_ctx *sc)
     size_t len;
     const char *payload = uc_batch_payload(b, &len);
     int rc = uc_pub_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0, sc->timeout_ms,
-                         sc->caller_sub, &sc->took_loop_wake);
+                                sc->caller_sub, &sc->took_loop_wake);
     if (rc == UC_OK)
         uc_batch_clear(&p->co, b);
     return rc;
@@ -114,7 +114,7 @@ int uc_pub_coalesce_locked(uc_pub *p, const void *topic, size_t topic_len,
         rc = uc_pub_send_topic_batch_locked(p, topic, topic_len, sc);
         return rc != UC_OK ? rc
                            : uc_pub_send_locked(p, topic, topic_len, msg, len, NULL, 0, sc->timeout_ms,
-                                         sc->caller_sub, &sc->took_loop_wake);
+                                                sc->caller_sub, &sc->took_loop_wake);
     }
     uc_batch *b;
     int full;

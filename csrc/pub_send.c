@@ -212,7 +212,7 @@ int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
         rc = uc_pub_send_topic_batch_locked(p, topic, topic_len, &sc);
         if (rc == UC_OK)
             rc = uc_pub_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
-                             timeout_ms, sc.caller_sub, &sc.took_loop_wake);
+                                    timeout_ms, sc.caller_sub, &sc.took_loop_wake);
     }
     return uc_pub_unlock_sender(p, &sc, rc);
 }
