@@ -84,7 +84,7 @@ int uc_pub_drain_subscriptions(uc_pub *p);
 /* Milliseconds left of the close's linger, rounded up; -1: no limit. */
 long uc_pub_close_ms_left(uc_pub *p);
 
-/* ---- pub_send.c --------------------------------------------------------- */
+/* ---- pub_send.c (for the coalescer and the flusher) --------------------- */
 
 /* One attempt at sending a whole message, never waiting (mutex held). */
 int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
@@ -124,9 +124,18 @@ size_t uc_pub_discard_locked(uc_pub *p);
 
 /* ---- pub_watch.c -------------------------------------------------------- */
 
+void uc_pub_wake_watchers_now(uc_pub *p);
+
 /* After a release of the senders' mutex following a send that may have
- * left room: wake the event loops waiting for it. */
-void uc_pub_wake_watchers(uc_pub *p);
+ * left room (pub_watch.c): wake the event loops waiting for it.  One load
+ * when none waits, inline on every send.  seq_cst, after the release: a
+ * watcher registers, then tries the mutex; either its try sees our send, or
+ * this load sees it. */
+static inline void uc_pub_wake_watchers(uc_pub *p)
+{
+    if (atomic_load_explicit(&p->n_watch, memory_order_seq_cst))
+        uc_pub_wake_watchers_now(p);
+}
 
 /* At shutdown: wake every event loop waiting for room, and forget them. */
 void uc_pub_unwatch_all(uc_pub *p);

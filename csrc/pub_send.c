@@ -21,6 +21,11 @@
 #include "sub_caller.h"
 #include "util.h"
 
+/* The send path, inlined into uc_pub_send_ex whole (its few instructions
+ * per message are counted: callgrind, PERF.md), and into the coalescer's
+ * entries at the end of the file. */
+#define UC_SEND_PATH static inline __attribute__((always_inline))
+
 static int send_retry(void *sock, const void *buf, size_t len, int flags)
 {
     int rc;
@@ -33,7 +38,7 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
  * UC_OK, UC_ERR_AGAIN (the high-water mark: nothing was sent) or
  * UC_ERR_ZMQ.  The mark is checked on a message's first frame only: once it
  * is accepted the rest of the message goes through without blocking. */
-int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
+UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
                            const uc_oob_frame *frames, size_t n_frames)
 {
@@ -102,7 +107,7 @@ int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
  * interrupt us (its loop cannot end before we return).  A wake-up meant for
  * that loop that we consume sets *took_loop_wake: the caller gives it back
  * once the mutex is released. */
-int uc_pub_send_locked(uc_pub *p, const void *topic, size_t topic_len,
+UC_SEND_PATH int send_locked(uc_pub *p, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
                        const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
                        uc_sub *caller_sub, int *took_loop_wake)
@@ -116,7 +121,7 @@ int uc_pub_send_locked(uc_pub *p, const void *topic, size_t topic_len,
             return rc;
         /* Always try without blocking first; only a full pipe waits, and it
          * waits in zmq_poll with the eventfds so that closing interrupts it. */
-        rc = uc_pub_try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
+        rc = try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
         if (rc != UC_ERR_AGAIN)
             return rc;
         if (caller_sub && uc_sub_stop_requested(caller_sub))
@@ -169,7 +174,7 @@ int uc_pub_send_frames(uc_pub *p, const void *topic, size_t topic_len,
 }
 
 /* Take the senders' mutex: at once (UC_SEND_TRY), or waiting for it. */
-int uc_pub_lock_sender(uc_pub *p, int flags)
+static int lock_sender(uc_pub *p, int flags)
 {
     if (flags & UC_SEND_TRY)
         return pthread_mutex_trylock(&p->mu) == 0 ? UC_OK : UC_ERR_BUSY;
@@ -179,7 +184,7 @@ int uc_pub_lock_sender(uc_pub *p, int flags)
 
 /* Release the mutex, then give back a loop's wake-up taken meanwhile, and
  * wake the event loops waiting for room unless this send found none. */
-int uc_pub_unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
+static int unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
 {
     int e = errno;
     pthread_mutex_unlock(&p->mu);
@@ -204,17 +209,17 @@ int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
     /* A try never waits, so it never needs to consume a loop's wake-up. */
     send_ctx sc = {.timeout_ms = timeout_ms,
                    .caller_sub = flags & UC_SEND_TRY ? NULL : uc_sub_current()};
-    if ((rc = uc_pub_lock_sender(p, flags)) != UC_OK)
+    if ((rc = lock_sender(p, flags)) != UC_OK)
         return rc;
     if (flags & UC_SEND_COALESCE) {
         rc = uc_pub_coalesce_locked(p, topic, topic_len, payload, payload_len, &sc);
     } else {
-        rc = uc_pub_send_topic_batch_locked(p, topic, topic_len, &sc);
+        rc = p->coalesce ? uc_pub_send_topic_batch_locked(p, topic, topic_len, &sc) : UC_OK;
         if (rc == UC_OK)
-            rc = uc_pub_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
+            rc = send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
                                     timeout_ms, sc.caller_sub, &sc.took_loop_wake);
     }
-    return uc_pub_unlock_sender(p, &sc, rc);
+    return unlock_sender(p, &sc, rc);
 }
 
 int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
@@ -224,4 +229,35 @@ int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
      * mark for as long as it takes: that is "not now" too. */
     int rc = uc_pub_send_ex(p, topic, topic_len, payload, payload_len, NULL, 0, 0, UC_SEND_TRY);
     return rc == UC_ERR_BUSY ? UC_ERR_AGAIN : rc;
+}
+
+/* ---- for the coalescer (pub_impl.h) -------------------------------------
+ * The functions above stay static so that the send path inlines them, as
+ * it did when the publisher was one file (callgrind counts it); the
+ * coalescer and the flusher call them through these. */
+
+int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
+                           const void *payload, size_t payload_len,
+                           const uc_oob_frame *frames, size_t n_frames)
+{
+    return try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
+}
+
+int uc_pub_send_locked(uc_pub *p, const void *topic, size_t topic_len,
+                       const void *payload, size_t payload_len,
+                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
+                       uc_sub *caller_sub, int *took_loop_wake)
+{
+    return send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames, timeout_ms,
+                       caller_sub, took_loop_wake);
+}
+
+int uc_pub_lock_sender(uc_pub *p, int flags)
+{
+    return lock_sender(p, flags);
+}
+
+int uc_pub_unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
+{
+    return unlock_sender(p, sc, rc);
 }

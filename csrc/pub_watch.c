@@ -21,14 +21,10 @@
 
 #include "util.h"
 
-/* After a release of the senders' mutex following a send that may have
- * left room (see the top): wake the event loops waiting for it.  One load
- * when none waits.  seq_cst, after the release: a watcher registers, then
- * tries the mutex; either its try sees our send, or this load sees it. */
-void uc_pub_wake_watchers(uc_pub *p)
+/* uc_pub_wake_watchers (pub_impl.h) once its one load found a watcher:
+ * wake the event loops waiting for room. */
+void uc_pub_wake_watchers_now(uc_pub *p)
 {
-    if (!atomic_load_explicit(&p->n_watch, memory_order_seq_cst))
-        return;
     pthread_mutex_lock(&p->wmu);
     size_t n = atomic_load_explicit(&p->n_watch, memory_order_relaxed);
     for (size_t i = 0; i < n; i++)
