@@ -72,13 +72,15 @@ selected = {n: spec for n, spec in MODULES.items() if not only or n in only}
 require(CODEC_C, "C sources")
 require([pyx for pyx, _, _ in selected.values()], "Cython sources")
 
-# The headers that the installed .pxd files name (includes/bus.pxd -> "bus.h",
-# includes/python.pxd -> "_compat.h"), copied next to them so that
-# upcall.get_include() is the one directory a user's extension needs.  Copies
-# of headers that no longer exist are removed, so that no wheel ships them.
-PXD_HEADERS = sorted(glob.glob("csrc/*.h")) + ["upcall/_compat.h"]
-require(PXD_HEADERS, "headers")
-_copies = {os.path.join("upcall", "includes", os.path.basename(h)): h for h in PXD_HEADERS}
+# The public headers: those that the installed .pxd files (includes/bus.pxd,
+# includes/msgpack.pxd) name, and that bus.h lists as public.  Copied next to
+# them so that upcall.get_include() is the one directory a user's extension
+# needs; the internal headers (the rest of csrc/, upcall/_compat.h) stay in
+# the source tree.  Copies of any other header are removed, so that no wheel
+# ships them ([tool.setuptools.package-data] lists the same three).
+PUBLIC_HEADERS = ["csrc/bus.h", "csrc/msgpack.h", "csrc/split.h", "csrc/wire.h"]
+require(PUBLIC_HEADERS + ["upcall/_compat.h"], "headers")
+_copies = {os.path.join("upcall", "includes", os.path.basename(h)): h for h in PUBLIC_HEADERS}
 for _dst in set(glob.glob("upcall/includes/*.h")) - _copies.keys():
     os.remove(_dst)
 for _dst, _src in _copies.items():

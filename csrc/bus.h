@@ -26,6 +26,24 @@
  * closed (or freed) before its factory ran the loop is closed at once
  * (nothing can be delivered) and on_exit runs then, on the closing thread;
  * a late start returns at once.  A failed open never calls on_exit.
+ *
+ * Public and internal headers
+ * ---------------------------
+ * Public (shipped in the wheel, in upcall.get_include(): what a Cython user
+ * cimports through upcall/includes/bus.pxd and msgpack.pxd): this header,
+ * split.h (the fault codes of a uc_msg) and msgpack.h.  Every other header
+ * of csrc/ is internal (the bridge's and the C core's own) and stays in the
+ * source tree; tests/test_architecture.py checks that the wheel ships
+ * exactly these three.
+ *
+ * Where this header is implemented, one object per file: bus.c (uc_bus_*),
+ * sub.c (uc_sub_*: the life cycle every source shares, and what only some
+ * sources do, dispatched to their optional ops), sub_zmq.c (uc_sub_open: the
+ * zmq source), pub.c (uc_pub_*: the socket and its life cycle), pub_send.c
+ * (uc_pub_send*, uc_pub_try_send), pub_coalesce.c (uc_pub_flush, _pending,
+ * _discard, and the flusher thread), pub_watch.c (uc_pub_watch, _unwatch,
+ * _zmq_fd), thread.c (uc_start_pthread), sockopt.c (uc_sockopt_reserved),
+ * util.c (uc_strerror).
  */
 #ifndef UPCALL_BUS_H
 #define UPCALL_BUS_H

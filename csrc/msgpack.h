@@ -1,4 +1,5 @@
 /* msgpack reader and writer for the upcall C core.  C11, no Python.
+ * (Public: shipped in the wheel, cimported through upcall/includes/msgpack.pxd.)
  *
  * Reader: a cursor (mp_reader) over a caller-owned buffer.  mp_read() yields
  * one typed item per call; str/bin/ext payloads are pointers into the buffer

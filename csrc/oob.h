@@ -1,5 +1,6 @@
 /* Out-of-band frames (docs/wire.md, ext 126): large values travel as zmq
  * frames of their own, without a copy on either side.  No Python in here.
+ * (Internal; not installed: the bridge's, through upcall/includes/oob.pxd.)
  *
  * Sending: zmq_msg_init_data over the sender's memory.  libzmq calls the
  * free function when it is done with a frame, on whichever thread drops the

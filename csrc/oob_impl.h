@@ -1,4 +1,5 @@
-/* Out-of-band frames as pub.c and sub_zmq.c see them (internal). */
+/* Out-of-band frames as pub.c and sub_zmq.c see them (internal; not
+ * installed): relq.c and held.c implement them. */
 #ifndef UPCALL_OOB_IMPL_H
 #define UPCALL_OOB_IMPL_H
 

@@ -1,4 +1,5 @@
 /* Coalesced payloads (docs/wire.md, ext 127): the splitter.  No Python.
+ * (Public: shipped in the wheel; bus.pxd names its fault codes.)
  *
  * A coalesced payload is one ext 127 value (the publisher writes ext 32:
  * `c9 <u32 length> 7f 01 <msgpack object><msgpack object>...`, any ext form

@@ -38,6 +38,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "oob.h"
 #include "util.h"
 
 /* An upper bound on `batch`, so that the buffer sizes cannot overflow and a
@@ -56,6 +57,16 @@ static _Thread_local const uc_sub *uc_current;
 uc_sub *uc_sub_current(void)
 {
     return (uc_sub *)uc_current;
+}
+
+int uc_sub_wake_fd(const uc_sub *s)
+{
+    return s->efd;
+}
+
+int uc_sub_stop_requested(const uc_sub *s)
+{
+    return atomic_load_explicit(&s->stop, memory_order_relaxed);
 }
 
 /* ---- references ------------------------------------------------------- */
@@ -508,4 +519,43 @@ void uc_sub_add_stat(uc_sub *s, uc_stat_id which, uint64_t n)
 const char *uc_sub_last_endpoint(const uc_sub *s)
 {
     return s ? s->last_endpoint : "";
+}
+
+/* ---- what only some sources do (their optional ops) -------------------- */
+
+int uc_sub_subscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+{
+    if (!s || !s->ops->subscribe)
+        return UC_ERR_ARG;
+    return s->ops->subscribe(s, topic, size, ticket);
+}
+
+int uc_sub_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+{
+    if (!s || !s->ops->unsubscribe)
+        return UC_ERR_ARG;
+    return s->ops->unsubscribe(s, topic, size, ticket);
+}
+
+int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
+{
+    if (!s || !s->ops->wait_topics)
+        return UC_ERR_ARG;
+    return s->ops->wait_topics(s, ticket, timeout_ms);
+}
+
+const char *uc_sub_endpoint(const uc_sub *s, size_t i)
+{
+    if (!s)
+        return NULL;
+    if (!s->ops->endpoint)
+        return i == 0 ? s->last_endpoint : NULL;
+    return s->ops->endpoint(s, i);
+}
+
+int uc_sub_hold(uc_sub *s, const uc_frame *f, uc_held **out)
+{
+    if (!s || !s->ops->hold)
+        return UC_ERR_ARG;
+    return s->ops->hold(s, f, out);
 }

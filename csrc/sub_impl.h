@@ -15,6 +15,9 @@
 #include <stdint.h>
 
 #include "sockopt.h"
+#include "sub_caller.h"
+
+struct uc_held;   /* oob.h */
 
 typedef struct uc_sub_ops {
     /* The loop body, on the thread that owns the source (the loop's thread,
@@ -38,6 +41,22 @@ typedef struct uc_sub_ops {
     /* Free the source's own buffers (not the struct: sub.c frees that).
      * Called once, by whoever drops the last reference, after finalize. */
     void (*destroy)(uc_sub *s);
+
+    /* Optional: NULL means "this source does not do that", and sub.c
+     * answers for it (the shared code checks the op, never the kind).  Each
+     * is called with s non-NULL; the rest of its arguments are its own to
+     * check. */
+    /* uc_sub_subscribe, uc_sub_unsubscribe, uc_sub_wait_topics (bus.h): a
+     * source with topic prefixes (a SUB socket).  NULL: UC_ERR_ARG. */
+    int (*subscribe)(uc_sub *s, const void *topic, size_t size, uint64_t *ticket);
+    int (*unsubscribe)(uc_sub *s, const void *topic, size_t size, uint64_t *ticket);
+    int (*wait_topics)(uc_sub *s, uint64_t ticket, int timeout_ms);
+    /* uc_sub_endpoint (bus.h): a source with several endpoints.  NULL: its
+     * one endpoint is last_endpoint. */
+    const char *(*endpoint)(const uc_sub *s, size_t i);
+    /* uc_sub_hold (oob.h): a source whose frames are zmq messages.  NULL:
+     * UC_ERR_ARG (the caller copies the bytes instead). */
+    int (*hold)(uc_sub *s, const uc_frame *f, struct uc_held **out);
 } uc_sub_ops;
 
 struct uc_sub {
@@ -85,11 +104,6 @@ uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err);
 /* Undo uc_sub_new and the source's setup (its finalize, then destroy): for
  * an open that fails after uc_sub_new. */
 void uc_sub_discard(uc_sub *s);
-
-/* The subscription whose deliver (or on_exit) runs on this thread, or NULL:
- * a blocking call made from inside a target (a send at the high-water mark)
- * polls its eventfd too, so that closing the subscription interrupts it. */
-uc_sub *uc_sub_current(void);
 
 /* For the source's run: hand n messages to deliver, count the batch and
  * return deliver's verdict (UC_DELIVER_MORE, _PAUSE or _STOP; any other

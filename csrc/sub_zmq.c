@@ -50,7 +50,6 @@ typedef struct zmq_source {
     uc_bus *bus;       /* referenced (and a slot held) until finalize */
     /* Fixed at open. */
     void *sock;
-    uc_sub_kind kind;
     int bound;
     size_t n_endpoints;         /* asked for */
     size_t n_attached;          /* endpoints bound or connected (all, once open) */
@@ -82,7 +81,9 @@ typedef struct zmq_source {
     atomic_int pending;          /* changes wait: the loop reads it without mu */
 } zmq_source;
 
-static const uc_sub_ops zmq_ops;
+/* A SUB socket's ops and a PULL socket's: the same, but for the topic
+ * prefixes, which only a SUB socket has. */
+static const uc_sub_ops zmq_sub_ops, zmq_pull_ops;
 
 /* Room for two frames per message plus a few maximal messages: ordinary
  * [topic, payload] traffic always fills whole batches, while a batch of
@@ -369,8 +370,7 @@ static void take_changes(zmq_source *z)
  * once if the socket is ours, else wake the loop to make it. */
 static int change_topic(uc_sub *s, int option, const void *topic, size_t size, uint64_t *ticket)
 {
-    if (!s || s->ops != &zmq_ops || ((zmq_source *)s)->kind != UC_SUB || (!topic && size)
-        || size > SIZE_MAX - sizeof(topic_change))
+    if ((!topic && size) || size > SIZE_MAX - sizeof(topic_change))
         return UC_ERR_ARG;
     zmq_source *z = (zmq_source *)s;
     topic_change *c = malloc(sizeof *c + size);
@@ -402,20 +402,18 @@ static int change_topic(uc_sub *s, int option, const void *topic, size_t size, u
     return UC_OK;
 }
 
-int uc_sub_subscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+static int zmq_subscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
 {
     return change_topic(s, ZMQ_SUBSCRIBE, topic, size, ticket);
 }
 
-int uc_sub_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
+static int zmq_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
 {
     return change_topic(s, ZMQ_UNSUBSCRIBE, topic, size, ticket);
 }
 
-int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
+static int zmq_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
 {
-    if (!s || s->ops != &zmq_ops || ((zmq_source *)s)->kind != UC_SUB)
-        return UC_ERR_ARG;
     zmq_source *z = (zmq_source *)s;
     struct timespec deadline;
     if (timeout_ms > 0)
@@ -593,12 +591,6 @@ static void zmq_destroy(uc_sub *s)
     free_changes(z->changes); /* queued for a loop that ended first */
 }
 
-static const uc_sub_ops zmq_ops = {
-    .run = zmq_run,
-    .finalize = zmq_finalize,
-    .destroy = zmq_destroy,
-};
-
 /* ---- open ------------------------------------------------------------- */
 
 /* Socket options (the core's, then the deployment's) and SUB prefixes,
@@ -660,11 +652,11 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         *err = UC_ERR_ARG;
         return NULL;
     }
-    uc_sub *s = uc_sub_new(sizeof(zmq_source), &zmq_ops, bus, o, err);
+    uc_sub *s = uc_sub_new(sizeof(zmq_source), o->kind == UC_SUB ? &zmq_sub_ops : &zmq_pull_ops,
+                           bus, o, err);
     if (!s)
         return NULL;
     zmq_source *z = (zmq_source *)s;
-    z->kind = o->kind;
     z->plain_ext = o->plain_ext;
     z->changes_end = &z->changes;
     z->pool_cap = pool_capacity(o->batch);
@@ -726,12 +718,8 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
     return uc_sub_start(s, o, err);
 }
 
-const char *uc_sub_endpoint(const uc_sub *s, size_t i)
+static const char *zmq_endpoint(const uc_sub *s, size_t i)
 {
-    if (!s)
-        return NULL;
-    if (s->ops != &zmq_ops)
-        return i == 0 ? s->last_endpoint : NULL;
     const zmq_source *z = (const zmq_source *)s;
     if (i >= z->n_attached)
         return NULL;
@@ -741,9 +729,9 @@ const char *uc_sub_endpoint(const uc_sub *s, size_t i)
 /* uc_sub_hold (oob.h): the batch's frames are views of z->pool, one to one
  * (views[i] describes pool[i]), so a frame handed out is found by its
  * address. */
-int uc_sub_hold(uc_sub *s, const uc_frame *f, uc_held **out)
+static int zmq_hold(uc_sub *s, const uc_frame *f, uc_held **out)
 {
-    if (!s || !f || !out || s->ops != &zmq_ops)
+    if (!f || !out)
         return UC_ERR_ARG;
     zmq_source *z = (zmq_source *)s;
     if (f < z->views || f >= z->views + z->pool_used)
@@ -751,3 +739,22 @@ int uc_sub_hold(uc_sub *s, const uc_frame *f, uc_held **out)
     *out = uc_held_from_zmq(&z->pool[f - z->views]);
     return *out ? UC_OK : UC_ERR_NOMEM;
 }
+
+static const uc_sub_ops zmq_sub_ops = {
+    .run = zmq_run,
+    .finalize = zmq_finalize,
+    .destroy = zmq_destroy,
+    .subscribe = zmq_subscribe,
+    .unsubscribe = zmq_unsubscribe,
+    .wait_topics = zmq_wait_topics,
+    .endpoint = zmq_endpoint,
+    .hold = zmq_hold,
+};
+
+static const uc_sub_ops zmq_pull_ops = {
+    .run = zmq_run,
+    .finalize = zmq_finalize,
+    .destroy = zmq_destroy,
+    .endpoint = zmq_endpoint,
+    .hold = zmq_hold,
+};

@@ -1,4 +1,5 @@
-/* The synthetic source: a subscription fed by views of one payload instead
+/* The synthetic source (internal; not installed: the bridge's, through
+ * upcall/includes/synth.pxd): a subscription fed by views of one payload instead
  * of zmq frames, for benchmarks and tests.  It runs the real delivery path
  * of bus.h (the loop, its thread or the caller's, batches, stats, close,
  * the latch), so that what it measures is that path, not a socket.

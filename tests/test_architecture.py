@@ -2,9 +2,12 @@
 
 csrc/ builds and tests without Python, and the synthetic benchmark source is
 kept apart from the subscription life cycle and the zmq source: the core
-reaches it only through the ops table (csrc/sub_impl.h).  That csrc/*.c
-compiles with -Wall -Wextra -Werror is `make -C csrc test`'s job.  And one
-rule of the tests themselves, read the same way.
+reaches it only through the ops table (csrc/sub_impl.h).  The object model:
+the shared code asks a source's optional ops, never which kind it is; the
+publisher's files see a subscription only through csrc/sub_caller.h; the
+wheel ships the public headers and .pxd files only.  That csrc/*.c compiles
+with -Wall -Wextra -Werror is `make -C csrc test`'s job.  And one rule of the
+tests themselves, read the same way.
 """
 import ast
 import pathlib
@@ -55,3 +58,88 @@ def test_child_interpreters_started_with_dash_c_run_outside_the_source_tree():
                     and not any(k.arg == "cwd" for k in node.keywords)):
                 bad.append(f"{path.name}:{node.lineno}")
     assert not bad, "python -c without cwd=: " + ", ".join(bad)
+
+
+def _includes(path):
+    return re.findall(r'^\s*#\s*include\s*"([^"]+)"', path.read_text(), re.M)
+
+
+def test_the_publisher_sees_no_subscription_internals():
+    # A send made inside a deliver needs two things of that subscription
+    # (its eventfd, whether it is stopping): sub_caller.h, not the struct.
+    files = sorted(CSRC.glob("pub*.[ch]"))
+    assert CSRC / "pub.c" in files
+    seen = {}
+    for path in files:
+        stack = list(_includes(path))
+        while stack:   # the headers it includes, and theirs
+            h = stack.pop()
+            if h not in seen.setdefault(path.name, set()) and (CSRC / h).is_file():
+                seen[path.name].add(h)
+                stack.extend(_includes(CSRC / h))
+    offenders = {name: sorted(hs & {"sub_impl.h"}) for name, hs in seen.items() if "sub_impl.h" in hs}
+    assert offenders == {}
+    fields = [p.name for p in files if re.search(r"caller_sub->|struct uc_sub\b", p.read_text())]
+    assert fields == []
+
+
+def test_the_shared_code_asks_the_op_never_the_kind():
+    # An optional op left NULL says "this kind does not do that"; comparing
+    # an ops table is asking which kind.  (A kind's own file may check that a
+    # uc_sub handed to its own API is one of its own: sub_synth.c does.)
+    offenders = []
+    for path in sorted(CSRC.glob("*.[ch]")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"&zmq_ops\b|\bops\s*!=", line):
+                offenders.append(f"{path.name}:{n}")
+            if (path.name in ("sub.c", "bus.c") or path.name.startswith("pub")) \
+                    and re.search(r"\bops\s*==", line):
+                offenders.append(f"{path.name}:{n}")
+    assert offenders == []
+
+
+def _package_data():
+    """[tool.setuptools.package-data] upcall = [...], read as text."""
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r"^\[tool\.setuptools\.package-data\]\s*\nupcall\s*=\s*\[(.*?)\]",
+                  re.sub(r"#[^\n]*", "", text), re.M | re.S)
+    assert m, "pyproject.toml: no [tool.setuptools.package-data] upcall = [...]"
+    return re.findall(r'"([^"]+)"', m.group(1))
+
+
+def _cimports(text):
+    return re.findall(r"^\s*from\s+(upcall(?:\.\w+)+)\s+cimport", text, re.M)
+
+
+def test_the_wheel_ships_exactly_the_public_headers():
+    data = _package_data()
+    # A glob over the headers ships whatever the build copied there.
+    assert [e for e in data if e.startswith("includes/") and "*" in e] == []
+    shipped_h = {e[len("includes/"):] for e in data if e.startswith("includes/") and e.endswith(".h")}
+    shipped_pxd = {ROOT / "upcall" / e for e in data if e.endswith(".pxd") and "*" not in e}
+    shipped_pxd |= {p for e in data if e.endswith(".pxd") and "*" in e
+                    for p in (ROOT / "upcall").glob(e)}
+    assert ROOT / "upcall" / "includes" / "bus.pxd" in shipped_pxd
+    # The public set: what the shipped .pxd files name, and what those headers include.
+    public, stack = set(), []
+    for pxd in shipped_pxd:
+        text = pxd.read_text()
+        for mod in _cimports(text):   # a shipped .pxd cimports shipped ones only
+            assert ROOT.joinpath(*mod.split(".")).with_suffix(".pxd") in shipped_pxd, (pxd.name, mod)
+        stack += re.findall(r'^\s*cdef extern from "([^"]+)"', text, re.M)
+    while stack:
+        h = stack.pop()
+        if h not in public and (CSRC / h).is_file():
+            public.add(h)
+            stack.extend(_includes(CSRC / h))
+    assert {"bus.h", "msgpack.h"} <= public
+    assert shipped_h == public
+    # bus.h names them, and setup.py copies those only.
+    bus_h = (CSRC / "bus.h").read_text()
+    section = bus_h[bus_h.index("Public and internal headers"):bus_h.index("#ifndef")]
+    assert sorted(h for h in public if h != "bus.h" and h not in section) == []
+    setup_py = ast.parse((ROOT / "setup.py").read_text())
+    copied = [ast.literal_eval(node.value) for node in ast.walk(setup_py)
+              if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == "PUBLIC_HEADERS" for t in node.targets)]
+    assert [sorted(pathlib.Path(h).name for h in c) for c in copied] == [sorted(public)]

@@ -1,4 +1,4 @@
-/* Tests of out-of-band frames (oob.c): the release queue, zero-copy sends
+/* Tests of out-of-band frames (relq.c, held.c): the release queue, zero-copy sends
  * released exactly once when libzmq is done, frames held past deliver. */
 #define _GNU_SOURCE
 #include "bus.h"

@@ -5,6 +5,7 @@
  * except that a paced source may not run ahead of its rate. */
 #define _GNU_SOURCE
 #include "synth.h"
+#include "oob.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -345,6 +346,39 @@ static int test_bad_args(void)
     return 0;
 }
 
+/* What only a zmq source does (its optional ops; the synthetic source
+ * leaves them NULL): sub.c answers for it, as for any source without them. */
+static int test_optional_ops_left_out(void)
+{
+    int err;
+    uc_bus *bus = uc_bus_new(1, &err);
+    coll *c = new_coll();
+    uc_sub_opts o = sub_opts(c, 8);
+    uc_synth_opts y = synth_opts(c, 10, 0);
+    o.start = NULL;
+    o.on_exit = NULL;
+    uc_sub *s = uc_synth_open(bus, &o, &y, &err);
+    CHECK(s);
+    uint64_t ticket = 0;
+    CHECK_EQ(uc_sub_subscribe(s, "a", 1, &ticket), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_unsubscribe(s, "a", 1, &ticket), UC_ERR_ARG);
+    CHECK_EQ(uc_sub_wait_topics(s, 1, 0), UC_ERR_ARG);
+    CHECK_EQ(ticket, 0);
+    CHECK(uc_sub_endpoint(s, 0) == uc_sub_last_endpoint(s));
+    CHECK(uc_sub_endpoint(s, 1) == NULL);
+    uc_frame f = {.data = "x", .size = 1};
+    uc_held *h = NULL;
+    CHECK_EQ(uc_sub_hold(s, &f, &h), UC_ERR_ARG);
+    CHECK(h == NULL);
+    size_t got = 0;
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* and it runs as before */
+    CHECK_EQ(got, 10);
+    CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
+    uc_sub_free(s);
+    uc_bus_free(bus);
+    return 0;
+}
+
 int main(void)
 {
     run("count, thread mode, ends by itself", test_count_thread_mode);
@@ -356,6 +390,7 @@ int main(void)
     run("paced, bounded backlog drops", test_paced_backlog_drops);
     run("close wakes a paced sleep", test_close_while_sleeping);
     run("bad arguments", test_bad_args);
+    run("the optional ops it leaves out", test_optional_ops_left_out);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;
 }

@@ -1,4 +1,5 @@
 # Cython declarations of the C core's bus (csrc/bus.h).
+# (Public: shipped in the wheel with the headers it names, upcall.get_include().)
 from libc.stdint cimport uint64_t, int64_t
 
 cdef extern from "bus.h" nogil:

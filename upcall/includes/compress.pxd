@@ -1,4 +1,5 @@
 # Cython declarations of the C core's frame compression (csrc/compress.h).
+# (Internal; not installed: the bridge's own, built from the source tree.)
 from libc.stdint cimport uint64_t
 
 cdef extern from "compress.h" nogil:

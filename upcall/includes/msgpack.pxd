@@ -1,4 +1,5 @@
 # Cython declarations of csrc/msgpack.h: the C msgpack reader and writer.
+# (Public: shipped in the wheel with the headers it names, upcall.get_include().)
 # cimport from here to read or write msgpack without Python objects, e.g.
 # in a nogil native handler, or to keep one reusable mp_writer per publisher.
 from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t

@@ -1,4 +1,5 @@
 # Cython declarations of the C core's out-of-band frames (csrc/oob.h).
+# (Internal; not installed: the bridge's own, built from the source tree.)
 from libc.stdint cimport uint64_t
 
 from upcall.includes.bus cimport uc_pub, uc_sub, uc_frame
@@ -40,5 +41,5 @@ cdef extern from "oob.h" nogil:
     void uc_held_free(uc_held *h)
     uint64_t uc_held_outstanding()
 
-cdef extern from "sub_impl.h" nogil:
+cdef extern from "sub_caller.h" nogil:
     uc_sub *uc_sub_current()

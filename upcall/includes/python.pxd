@@ -1,5 +1,6 @@
 # CPython APIs the trampolines call without the GIL, or that Cython's own
 # cpython/*.pxd do not declare as nogil.
+# (Internal; not installed: the bridge's own, built from the source tree.)
 from cpython.ref cimport PyObject
 
 cdef extern from "_compat.h" nogil:

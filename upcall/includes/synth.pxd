@@ -1,4 +1,5 @@
 # Cython declarations of the C core's synthetic source (csrc/synth.h).
+# (Internal; not installed: the bridge's own, built from the source tree.)
 from libc.stdint cimport uint64_t, int64_t
 
 from upcall.includes.bus cimport uc_bus, uc_sub, uc_sub_opts, uc_frame

@@ -1,4 +1,5 @@
 # The few libzmq functions the bridge calls directly (zmq.h, libzmq >= 4.2).
+# (Internal; not installed: the bridge's own, built from the source tree.)
 cdef extern from "zmq.h" nogil:
     enum:
         ETERM              # the context was terminated (the bus was closed)
