@@ -31,10 +31,11 @@
  * ---------------------------
  * Public (shipped in the wheel, in upcall.get_include(): what a Cython user
  * cimports through upcall/includes/bus.pxd and msgpack.pxd): this header,
- * split.h (the fault codes of a uc_msg) and msgpack.h.  Every other header
- * of csrc/ is internal (the bridge's and the C core's own) and stays in the
- * source tree; tests/test_architecture.py checks that the wheel ships
- * exactly these three.
+ * wire.h (the wire format's numbers, which this header includes), split.h
+ * (the fault codes of a uc_msg) and msgpack.h.  Every other header of csrc/
+ * is internal (the bridge's and the C core's own) and stays in the source
+ * tree; tests/test_architecture.py checks that the wheel ships exactly
+ * these four.
  *
  * Where this header is implemented, one object per file: bus.c (uc_bus_*),
  * sub.c (uc_sub_*: the life cycle every source shares, and what only some

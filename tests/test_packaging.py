@@ -163,7 +163,7 @@ def test_wheel_carries_the_package_and_what_cimport_needs_only(dist, which):
     for mod in EXTENSIONS:
         assert [n for n in names if n.startswith("upcall/%s.cpython-" % mod) and n.endswith(".so")], mod
     # The public headers and .pxd files (csrc/bus.h names them), and no other.
-    headers = {"upcall/includes/" + h for h in ("bus.h", "msgpack.h", "split.h")}
+    headers = {"upcall/includes/" + h for h in ("bus.h", "msgpack.h", "split.h", "wire.h")}
     pxds = tree("upcall/*.pxd") | {"upcall/includes/bus.pxd", "upcall/includes/msgpack.pxd"}
     assert {n for n in names if n.endswith((".h", ".pxd"))} == headers | pxds
     assert "upcall-0.1.0.dist-info/licenses/LICENSE" in names
