@@ -940,15 +940,15 @@ def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs
 # help(), stubtest): made from the option rows, the one place they are written.
 _P = inspect.Parameter
 Bus.subscribe.__signature__ = _signature(
-    SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+    _SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
                         _P("endpoint", _P.POSITIONAL_OR_KEYWORD),
                         _P("target", _P.POSITIONAL_OR_KEYWORD, default=None)])
 Bus.subscribe_async.__signature__ = _signature(
-    SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+    _SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
                         _P("endpoint", _P.POSITIONAL_OR_KEYWORD)], _IN_ASYNC,
     [_P("queue_size", _P.KEYWORD_ONLY, default=None)])
 Bus.publisher.__signature__ = _signature(
-    PUBLISHER_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+    _PUBLISHER_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
                         _P("endpoint", _P.POSITIONAL_OR_KEYWORD)])
 del _P
 

@@ -121,7 +121,7 @@ def _max_bytes_check(value):
 
 cdef int _A = _IN_ASYNC, _S = _IN_SYNTHETIC, _AS = _IN_ASYNC | _IN_SYNTHETIC
 
-SUBSCRIBE_OPTIONS = (
+_SUBSCRIBE_OPTIONS = (
     _Option("topics", (b"",), _topics_check, _A,
             "SUB prefixes to receive (none: nothing until sub.subscribe(prefix))"),
     _Option("kind", "sub", _one_of("kind", ("sub", "pull")), _A, "socket kind: sub or pull"),
@@ -154,7 +154,7 @@ SUBSCRIBE_OPTIONS = (
             _A, "most topic prefixes the subscription may hold"),
 )
 
-PUBLISHER_OPTIONS = (
+_PUBLISHER_OPTIONS = (
     _Option("kind", "pub", _one_of("kind", ("pub", "push")), 0, "socket kind: pub or push"),
     _Option("bind", True, _truth, 0, "bind (default) or connect"),
     _Option("sndhwm", None, _int_or_none("sndhwm", 0, 2 ** 31 - 1, "0: no limit"), 0,
@@ -182,8 +182,9 @@ PUBLISHER_OPTIONS = (
 
 
 class _Options:
-    """Keyword arguments checked once, kept frozen (see the subclasses)."""
-    __slots__ = ()
+    """Keyword arguments checked once, kept frozen (see the subclasses); each
+    option reads as an attribute."""
+    __slots__ = ("_values",)
     _ROWS = ()
     _BY_NAME = {}
     _WHAT = ""
@@ -193,15 +194,23 @@ class _Options:
         for name in options:
             if name not in by_name:
                 raise TypeError(f"{type(self)._WHAT} got an unexpected keyword argument {name!r}")
+        values = {}
         for row in type(self)._ROWS:
             value = options.get(row.name, row.default)
-            if row.check is not None:
-                value = row.check(value)
-            object.__setattr__(self, row.name, value)
+            values[row.name] = value if row.check is None else row.check(value)
+        object.__setattr__(self, "_values", values)
         self._check_together()
 
     def _check_together(self):
         pass
+
+    def __getattr__(self, name):
+        # Only for names that are not attributes: the options.
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") \
+                from None
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is frozen: make a new one with replace()")
@@ -209,26 +218,29 @@ class _Options:
     def __delattr__(self, name):
         raise AttributeError(f"{type(self).__name__} is frozen")
 
+    def __dir__(self):
+        return [*object.__dir__(self), *type(self)._BY_NAME]
+
     def replace(self, **changes):
         """A copy with ``changes`` (checked as the constructor checks them)."""
-        return type(self)(**{**self.as_dict(), **changes})
+        return type(self)(**{**self._values, **changes})
 
     def as_dict(self):
         """Every option by name, as kept."""
-        return {row.name: getattr(self, row.name) for row in type(self)._ROWS}
+        return dict(self._values)
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return self.as_dict() == other.as_dict()
+        return self._values == other._values
 
     __hash__ = None
 
     def __repr__(self):
-        changed = ", ".join(f"{row.name}={getattr(self, row.name)!r}"
+        changed = ", ".join(f"{row.name}={self._values[row.name]!r}"
                             for row in type(self)._ROWS
-                            if getattr(self, row.name) != row.default and
-                            (row.check is None or getattr(self, row.name) != row.check(row.default)))
+                            if self._values[row.name] != row.default and
+                            (row.check is None or self._values[row.name] != row.check(row.default)))
         return f"upcall.{type(self).__name__}({changed})"
 
     def __reduce__(self):
@@ -245,9 +257,9 @@ class SubscribeOptions(_Options):
     opens a subscription with them, keywords given beside ``options``
     replacing its values.  Every subscription made from one options object
     gets its own decoder and socket; the object is only read."""
-    __slots__ = tuple(row.name for row in SUBSCRIBE_OPTIONS)
-    _ROWS = SUBSCRIBE_OPTIONS
-    _BY_NAME = {row.name: row for row in SUBSCRIBE_OPTIONS}
+    __slots__ = ()
+    _ROWS = _SUBSCRIBE_OPTIONS
+    _BY_NAME = {row.name: row for row in _SUBSCRIBE_OPTIONS}
     _WHAT = "subscribe()"
 
     def _check_together(self):
@@ -264,9 +276,9 @@ class SubscribeOptions(_Options):
 
 class PublisherOptions(_Options):
     """publisher()'s keyword arguments, checked and frozen, as SubscribeOptions."""
-    __slots__ = tuple(row.name for row in PUBLISHER_OPTIONS)
-    _ROWS = PUBLISHER_OPTIONS
-    _BY_NAME = {row.name: row for row in PUBLISHER_OPTIONS}
+    __slots__ = ()
+    _ROWS = _PUBLISHER_OPTIONS
+    _BY_NAME = {row.name: row for row in _PUBLISHER_OPTIONS}
     _WHAT = "publisher()"
 
     def _check_together(self):

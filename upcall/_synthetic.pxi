@@ -14,7 +14,7 @@ _SYNTHETIC_ENDPOINT = "synthetic source"
 
 # The subscribe() keyword arguments that apply to a synthetic source (the
 # rows of _options.pxi marked _IN_SYNTHETIC); the others configure a zmq socket.
-_SYNTHETIC_SUBSCRIBE_KWARGS = tuple(row.name for row in SUBSCRIBE_OPTIONS
+_SYNTHETIC_SUBSCRIBE_KWARGS = tuple(row.name for row in _SUBSCRIBE_OPTIONS
                                     if row.scope & _IN_SYNTHETIC)
 
 
