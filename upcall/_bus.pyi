@@ -220,8 +220,19 @@ class PublisherKwargs(TypedDict, total=False):
     max_batch: int
     max_bytes: int
 
+class _Option:
+    """One keyword argument: name, default, check (value -> value kept), help."""
+    name: str
+    default: Any
+    check: Callable[[Any], Any] | None
+    scope: int
+    help: str
+    def __init__(self, name: str, default: Any, check: Callable[[Any], Any] | None,
+                 scope: int, help: str) -> None: ...
+
 class _Options:
     """Keyword arguments checked once, kept frozen; each option reads as an attribute."""
+    fields: ClassVar[Mapping[str, _Option]]
     def __init__(self, **options: Any) -> None: ...
     def __getattr__(self, name: str) -> Any: ...
     def replace(self, **changes: Any) -> Self: ...

@@ -52,6 +52,7 @@ import os
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 

@@ -31,14 +31,19 @@ class _Option:
         return f"<option {self.name}={self.default!r}>"
 
 
-def _one_of(str name, tuple allowed):
-    words = " or ".join(repr(a) for a in allowed)
+class _one_of:
+    """The check of an option that takes one of a few values (``choices``,
+    which a command line offers too)."""
+    __slots__ = ("name", "choices")
 
-    def check(value):
-        if value not in allowed:
-            raise ValueError(f"{name} must be {words}, not {value!r}")
+    def __init__(self, str name, tuple choices):
+        self.name, self.choices = name, choices
+
+    def __call__(self, value):
+        if value not in self.choices:
+            words = " or ".join(repr(a) for a in self.choices)
+            raise ValueError(f"{self.name} must be {words}, not {value!r}")
         return value
-    return check
 
 
 def _strict_bool(str name):
@@ -183,11 +188,13 @@ _PUBLISHER_OPTIONS = (
 
 class _Options:
     """Keyword arguments checked once, kept frozen (see the subclasses); each
-    option reads as an attribute."""
+    option reads as an attribute.  ``fields``: the rows by name (name,
+    default, check, help), for a command line built from them."""
     __slots__ = ("_values",)
     _ROWS = ()
     _BY_NAME = {}
     _WHAT = ""
+    fields = types.MappingProxyType({})
 
     def __init__(self, **options):
         by_name = type(self)._BY_NAME
@@ -260,6 +267,7 @@ class SubscribeOptions(_Options):
     __slots__ = ()
     _ROWS = _SUBSCRIBE_OPTIONS
     _BY_NAME = {row.name: row for row in _SUBSCRIBE_OPTIONS}
+    fields = types.MappingProxyType(_BY_NAME)
     _WHAT = "subscribe()"
 
     def _check_together(self):
@@ -279,6 +287,7 @@ class PublisherOptions(_Options):
     __slots__ = ()
     _ROWS = _PUBLISHER_OPTIONS
     _BY_NAME = {row.name: row for row in _PUBLISHER_OPTIONS}
+    fields = types.MappingProxyType(_BY_NAME)
     _WHAT = "publisher()"
 
     def _check_together(self):
