@@ -244,7 +244,7 @@ class Bus:
         encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
         socket_options: Mapping[str, int] | None = None,
         oob_threshold: int | None = None,
-        compression: Literal["lz4"] | None = None,
+        compression: str | None = None,
         coalesce: bool = False,
         max_delay: float | None = ...,
         max_batch: int = ...,

@@ -54,8 +54,10 @@ enum {
 /* The wire format's ext codes (docs/wire.md). */
 #define UCD_EXT_OOB 126
 #define UCD_EXT_COALESCED 127
-/* ext 126 flags: bit 0, the frame is one LZ4 block of `size` bytes. */
-#define UCD_OOB_LZ4 1
+/* ext 126 flags: the frame's compression codec id (csrc/codec.h; 0: the
+ * frame is the value itself), resolved by the subscription's make. */
+#include "codec.h"
+#define UCD_OOB_CODEC_MASK UC_WIRE_CODEC_MASK
 
 /* The frames after a message's payload, for resolving its out-of-band
  * references (ext 126) while decoding it in a subscription.  `used` marks
@@ -69,7 +71,7 @@ typedef struct ucd_frames {
     const ucd_span *extra;         /* frames after the payload */
     size_t n;                      /* how many (at most 32) */
     uint32_t used;
-    /* The value for extra[i], whose reference has `flags` (0 or UCD_OOB_LZ4)
+    /* The value for extra[i], whose reference has `flags` (a codec id or 0)
      * and `size`: a new reference, or NULL with an exception; or, with *err
      * set to a UCD_ERR_OOB_* code, a decode error (the frame does not
      * decompress, or cannot be decompressed here: whatever it returned is
@@ -245,13 +247,13 @@ static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it
     const unsigned char *d = (const unsigned char *)it->ptr;
     if (it->len != 16) return ucd_fail(c, UCD_ERR_OOB_LENGTH, pos);
     if (d[0] != 1) return ucd_fail(c, UCD_ERR_OOB_VERSION, pos);
-    if ((d[1] & ~UCD_OOB_LZ4) || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
+    if ((d[1] & ~UCD_OOB_CODEC_MASK) || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
     uint64_t index = ucd_be(d + 4, 4), size = ucd_be(d + 8, 8);
     if (index < 2 || index - 2 >= fr->n) return ucd_fail(c, UCD_ERR_OOB_INDEX, pos);
     size_t i = (size_t)(index - 2);
     if (fr->used & (UINT32_C(1) << i)) return ucd_fail(c, UCD_ERR_OOB_TWICE, pos);
     /* A compressed frame's length is the compressed one: make checks it. */
-    if (!(d[1] & UCD_OOB_LZ4) && (uint64_t)fr->extra[i].size != size)
+    if (!(d[1] & UCD_OOB_CODEC_MASK) && (uint64_t)fr->extra[i].size != size)
         return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
     /* max_len bounds a value out of band as it bounds one inline: its size
      * as delivered (decompressed), checked before make allocates for it. */
