@@ -1,5 +1,6 @@
 """Coalescing as the benchmark sees it: what this build has, and
-the wire form of a coalesced payload, built by hand (docs/wire.md, ext 127).
+the wire form of a coalesced payload (docs/wire.md, ext 127), its header
+written by the package (csrc/wire.h), not by any publisher.
 
 A row that needs what the build lacks prints :data:`NO_COALESCING` and no
 figure, so that the rows light up once the build has it.
@@ -14,9 +15,9 @@ NO_COALESCING = "n/a: this build has no coalescing"
 
 def coalesced_payload(message: bytes, k: int) -> bytes:
     """k copies of one packed message as one coalesced payload (docs/wire.md,
-    ext 127: ``c9 <u32 BE length> 7f 01 <messages>``), built by hand."""
-    body = b"\x01" + message * k
-    return b"\xc9" + len(body).to_bytes(4, "big") + b"\x7f" + body
+    ext 127), the header from csrc/wire.h through upcall._codec."""
+    from upcall._codec import _coalesced_payload
+    return _coalesced_payload(message * k)
 
 
 _FEATURES: dict[str, Any] = {}

@@ -17,21 +17,22 @@
 #include <zmq.h>
 
 #include "msgpack.h"
+#include "wire.h"
 
 #define STALL_MS 5000
 
 /* Messages in one payload; *bad set when a coalesced one is malformed. */
 static long count_payload(const unsigned char *p, size_t len, int *bad)
 {
-    if (len < 7 || p[0] != 0xc9 || p[5] != 0x7f)
+    if (len < UC_BATCH_HEADER || p[0] != UC_BATCH_MARKER || p[5] != UC_EXT_COALESCED)
         return 1;
     uint32_t ext_len = mp__be32(p + 1);
-    if ((size_t)ext_len + 6 != len || p[6] != 1) {
+    if ((size_t)ext_len + UC_BATCH_EXT_HEAD != len || p[6] != UC_BATCH_VERSION) {
         *bad = 1;
         return 0;
     }
     mp_reader r;
-    mp_reader_init(&r, (const char *)p + 7, len - 7);
+    mp_reader_init(&r, (const char *)p + UC_BATCH_HEADER, len - UC_BATCH_HEADER);
     long k = 0;
     while (r.pos < r.len) {
         if (mp_skip(&r, MP_SKIP_MAX_DEPTH) != MP_OK) {

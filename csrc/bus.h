@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"   /* UC_MAX_FRAMES is the wire's frame maximum */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -62,7 +64,7 @@ typedef struct uc_frame {
     size_t size;
 } uc_frame;
 
-#define UC_MAX_FRAMES 16    /* frames kept per message; more are counted in n_frames */
+#define UC_MAX_FRAMES UC_WIRE_MAX_FRAMES /* frames kept per message (wire.h); more are counted in n_frames */
 
 typedef struct uc_msg {
     uc_frame topic;         /* empty for a single-frame message */
@@ -229,6 +231,9 @@ typedef struct uc_sub_opts {
     uc_curve curve;               /* all zero: a plain endpoint */
     const uc_sockopt *sockopts;   /* more libzmq options, n_sockopts of them */
     size_t n_sockopts;
+    int plain_ext;                /* the wire's extensions off (docs/wire.md): an
+                                     ext 127 payload is not split but delivered
+                                     as one message, for foreign producers */
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;

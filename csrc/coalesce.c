@@ -131,15 +131,8 @@ const char *uc_batch_payload(uc_batch *b, size_t *len)
         *len = b->len - UC_BATCH_HEADER;
         return b->buf + UC_BATCH_HEADER;
     }
-    uint32_t n = (uint32_t)(b->len - 6);   /* the ext's data after its type: 01 and the messages */
-    unsigned char *h = (unsigned char *)b->buf;
-    h[0] = 0xc9;
-    h[1] = (unsigned char)(n >> 24);
-    h[2] = (unsigned char)(n >> 16);
-    h[3] = (unsigned char)(n >> 8);
-    h[4] = (unsigned char)n;
-    h[5] = 0x7f;
-    h[6] = 0x01;
+    /* max_bytes <= UINT32_MAX (uc_coal_init): the length always fits. */
+    (void)uc_batch_header_pack((unsigned char *)b->buf, b->len);
     *len = b->len;
     return b->buf;
 }

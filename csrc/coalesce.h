@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { UC_BATCH_HEADER = 7 };   /* c9 <u32> 7f 01 */
+#include "wire.h"   /* the header's layout: UC_BATCH_HEADER, uc_batch_header_pack */
 
 typedef struct uc_batch {
     char *topic;        /* owned copy; topic_cap bytes allocated */

@@ -28,7 +28,7 @@ const uc_codec *uc_codec_by_name(const char *name)
 
 const uc_codec *uc_codec_by_id(unsigned id)
 {
-    for (size_t i = 0; id != UC_WIRE_CODEC_NONE && i < uc_codec_count(); i++)
+    for (size_t i = 0; id != UC_OOB_CODEC_NONE && i < uc_codec_count(); i++)
         if (table[i]->id == id)
             return table[i];
     return NULL;

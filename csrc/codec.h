@@ -13,7 +13,8 @@
  * Adding a codec: one file codec_<name>.c defining its row (a uc_codec with
  * available = 0 and no functions when its library is missing), one line in
  * the table in codec.c, one line in the build's optional dependencies
- * (setup.py CODECS, csrc/Makefile) and its wire id (wire.h).
+ * (setup.py CODECS, csrc/Makefile CODEC_LIBS) and its wire id (wire.h,
+ * UC_OOB_CODEC_*, and UC_OOB_CODEC_LAST raised to it).
  */
 #ifndef UPCALL_CODEC_H
 #define UPCALL_CODEC_H
@@ -25,18 +26,11 @@
 extern "C" {
 #endif
 
-/* The codec ids of the ext 126 flags byte.  The one definition of the wire's
- * numbers is meant to be wire.h; until it is there, they are here. */
-#ifndef UC_WIRE_CODEC_NONE
-#define UC_WIRE_CODEC_NONE 0u   /* the frame is the value itself */
-#define UC_WIRE_CODEC_LZ4 1u    /* one LZ4 block (today's flags bit 0) */
-#define UC_WIRE_CODEC_ZSTD 2u   /* one zstd frame */
-#define UC_WIRE_CODEC_MASK 0x0Fu /* the bits of the flags byte holding the id */
-#endif
+#include "wire.h"   /* the codec ids: UC_OOB_CODEC_* */
 
 typedef struct uc_codec {
     const char *name;      /* "lz4": what publisher(compression=...) takes */
-    unsigned id;           /* its id in the ext 126 flags (UC_WIRE_CODEC_*) */
+    unsigned id;           /* its id in the ext 126 flags (UC_OOB_CODEC_* of wire.h) */
     int available;         /* 1 when this build has the codec's library */
     const char *library;   /* what a build needs for it (error messages) */
     /* Frames over this many bytes are sent raw; references announcing more
@@ -60,7 +54,7 @@ typedef struct uc_codec {
 /* The codec named name (NUL-terminated), available or not; NULL when no
  * row has that name. */
 const uc_codec *uc_codec_by_name(const char *name);
-/* The codec of a wire id; NULL for UC_WIRE_CODEC_NONE and unknown ids. */
+/* The codec of a wire id; NULL for UC_OOB_CODEC_NONE and unknown ids. */
 const uc_codec *uc_codec_by_id(unsigned id);
 /* The table, in order: uc_codec_at(i) for i < uc_codec_count(). */
 size_t uc_codec_count(void);

@@ -40,8 +40,8 @@ static uint64_t lz4_max_decompressed(const void *src, size_t n)
     return (uint64_t)n * 255u + 64u;
 }
 
-const uc_codec uc_codec_lz4 = {"lz4", UC_WIRE_CODEC_LZ4, 1, "liblz4", UC_LZ4_MAX_INPUT,
+const uc_codec uc_codec_lz4 = {"lz4", UC_OOB_CODEC_LZ4, 1, "liblz4", UC_LZ4_MAX_INPUT,
                                lz4_bound, lz4_compress, lz4_decompress, lz4_max_decompressed};
 #else
-const uc_codec uc_codec_lz4 = {"lz4", UC_WIRE_CODEC_LZ4, 0, "liblz4", 0, 0, 0, 0, 0};
+const uc_codec uc_codec_lz4 = {"lz4", UC_OOB_CODEC_LZ4, 0, "liblz4", 0, 0, 0, 0, 0};
 #endif

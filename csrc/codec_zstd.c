@@ -105,9 +105,9 @@ static uint64_t zstd_max_decompressed(const void *src, size_t n)
     return ((uint64_t)n / 4u + 1u) * (uint64_t)ZSTD_BLOCKSIZE_MAX;
 }
 
-const uc_codec uc_codec_zstd = {"zstd", UC_WIRE_CODEC_ZSTD, 1, "libzstd", UC_ZSTD_MAX_INPUT,
+const uc_codec uc_codec_zstd = {"zstd", UC_OOB_CODEC_ZSTD, 1, "libzstd", UC_ZSTD_MAX_INPUT,
                                 zstd_bound, zstd_compress, zstd_decompress,
                                 zstd_max_decompressed};
 #else
-const uc_codec uc_codec_zstd = {"zstd", UC_WIRE_CODEC_ZSTD, 0, "libzstd", 0, 0, 0, 0, 0};
+const uc_codec uc_codec_zstd = {"zstd", UC_OOB_CODEC_ZSTD, 0, "libzstd", 0, 0, 0, 0, 0};
 #endif

@@ -91,7 +91,7 @@ typedef struct uc_oob_frame {
  * uc_pub_send: the high-water mark is checked on the topic frame, so a
  * failed send (UC_ERR_AGAIN, a timeout, UC_ERR_CLOSED, ...) sent nothing
  * and took no reference; the caller may retry with the same releases, and
- * calls uc_release_put once at the end.  n <= UC_MAX_FRAMES - 2. */
+ * calls uc_release_put once at the end.  n <= UC_WIRE_MAX_OOB. */
 int uc_pub_send_frames(uc_pub *pub, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
                        const uc_oob_frame *frames, size_t n, int timeout_ms);

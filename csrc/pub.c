@@ -694,7 +694,7 @@ int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
     int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
     if (rc != UC_OK)
         return rc;
-    if ((n_frames && !frames) || n_frames > UC_MAX_FRAMES - 2
+    if ((n_frames && !frames) || n_frames > UC_WIRE_MAX_OOB
         || ((flags & UC_SEND_COALESCE) && (n_frames || !p->coalesce)))
         return UC_ERR_ARG;
     /* A try never waits, so it never needs to consume a loop's wake-up. */

@@ -70,7 +70,7 @@ int uc_split_begin_ext(uc_split *sp, const char *data, size_t size)
     default:
         return 0;
     }
-    if (size < hdr || p[hdr - 1] != UC_EXT_COALESCED)
+    if (size < hdr || p[hdr - 1] != UC_EXT_COALESCED || sp->plain)
         return 0;
     sp->data = data;
     sp->size = size;

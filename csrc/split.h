@@ -17,21 +17,22 @@
 #include <stddef.h>
 
 #include "bus.h"
+#include "wire.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define UC_EXT_COALESCED 127
-#define UC_COALESCED_VERSION 1
+/* The ext code, the version and the layout are wire.h's. */
+#define UC_COALESCED_VERSION UC_BATCH_VERSION
 
 /* Faults of a coalesced payload beyond the reader's MP_ERR_* codes (a
  * message that does not skip reports the reader's code: truncated, length,
- * reserved, depth, timestamp). */
+ * reserved, depth, timestamp); their numbers are wire.h's. */
 enum {
-    UC_SPLIT_ERR_VERSION = 64,  /* "batch_version": a version byte other than 1 */
-    UC_SPLIT_ERR_LENGTH = 65,   /* "batch_length": the ext's length disagrees with the frame */
-    UC_SPLIT_ERR_OOB = 66,      /* "batch_oob": frames after a coalesced payload (not supported) */
+    UC_SPLIT_ERR_VERSION = UC_WIRE_ERR_BATCH_VERSION,  /* "batch_version" */
+    UC_SPLIT_ERR_LENGTH = UC_WIRE_ERR_BATCH_LENGTH,    /* "batch_length" */
+    UC_SPLIT_ERR_OOB = UC_WIRE_ERR_BATCH_OOB,          /* "batch_oob" */
 };
 
 /* Short stable name and a sentence for a fault code (MP_ERR_* included). */
@@ -49,6 +50,9 @@ typedef struct uc_split {
     int pending;           /* a fault uc_split_begin found, reported next */
     int fault;             /* after UC_SPLIT_FAULT: what broke (MP_ERR_*, UC_SPLIT_ERR_*) */
     size_t fault_offset;   /* and where, in bytes from the payload's start */
+    int plain;             /* set once by the owner: the extensions are off
+                              (subscribe(extensions=False)), an ext 127
+                              payload is one plain message, never split */
 } uc_split;
 
 enum { UC_SPLIT_END = 0, UC_SPLIT_MSG = 1, UC_SPLIT_FAULT = 2 };
@@ -56,14 +60,13 @@ enum { UC_SPLIT_END = 0, UC_SPLIT_MSG = 1, UC_SPLIT_FAULT = 2 };
 /* Out of line: an ext header (the rare case) is parsed here. */
 int uc_split_begin_ext(uc_split *sp, const char *data, size_t size);
 
-/* 1 if data[0:size] is a coalesced payload (an ext 127 header at byte 0):
- * *sp is then ready for uc_split_next.  0 for any other payload, which is
- * one message as it is.  An ordinary payload costs one compare of its
+/* 1 if data[0:size] is a coalesced payload (an ext 127 header at byte 0,
+ * and sp->plain clear): *sp is then ready for uc_split_next.  0 for any
+ * other payload, which is one message as it is.  An ordinary payload costs one compare of its
  * first byte (only ext headers get further). */
 static inline int uc_split_begin(uc_split *sp, const char *data, size_t size)
 {
-    unsigned char b = size ? (unsigned char)data[0] : 0;
-    if (!((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8)))
+    if (!uc_wire_ext_marker(size ? (unsigned char)data[0] : 0))
         return 0;
     return uc_split_begin_ext(sp, data, size);
 }

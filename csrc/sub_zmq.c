@@ -661,6 +661,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         return NULL;
     zmq_source *z = (zmq_source *)s;
     z->kind = o->kind;
+    z->split.plain = o->plain_ext;
     z->changes_end = &z->changes;
     z->pool_cap = pool_capacity(o->batch);
     z->pool = calloc(z->pool_cap, sizeof *z->pool);

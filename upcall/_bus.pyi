@@ -204,6 +204,7 @@ class Bus:
         raw: bool = False,
         copy: bool = False,
         max_topics: int | None = None,
+        extensions: bool = True,
     ) -> Subscription: ...
     def subscribe_async(
         self,
@@ -227,6 +228,7 @@ class Bus:
         queue_size: int | None = None,
         copy: bool = False,
         max_topics: int | None = None,
+        extensions: bool = True,
     ) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(
@@ -285,7 +287,7 @@ def _synthetic_subscribe(
     **subscribe_kwargs: Any,
 ) -> Subscription:
     """A subscription fed by a synthetic source (no zmq); subscribe_kwargs:
-    batch, delivery, thread_factory, with_topic, on_error, decoder, raw."""
+    batch, delivery, thread_factory, with_topic, on_error, decoder, raw, extensions."""
 
 def _synthetic_info(sub: Subscription) -> dict[str, int | float | array[Any] | None] | None:
     """A synthetic source's figures (produced, dropped, max_backlog, start_ns,

@@ -481,7 +481,8 @@ A zmq context and every subscription and publisher opened on it.
                   batch=None, delivery="thread", thread_factory=None, with_topic=False,
                   on_error=None, rcvhwm=None, max_message_size=None,
                   curve_server=None, curve_serverkey=None, curve_client=None,
-                  socket_options=None, decoder=None, raw=False, copy=False, max_topics=None):
+                  socket_options=None, decoder=None, raw=False, copy=False, max_topics=None,
+                  extensions=True):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         Without a target (``delivery="caller"`` only), nothing is delivered:
@@ -531,19 +532,25 @@ A zmq context and every subscription and publisher opened on it.
         ``copy``: out-of-band values (docs/wire.md) are delivered as
         read-only ``memoryview`` objects over the received frames, without a
         copy (False, the default), or as ``bytes`` (True).
+        ``extensions``: True (the default) reads ext 126 as an out-of-band
+        reference and an ext 127 payload as coalesced messages (docs/wire.md);
+        False, for foreign producers that use those application codes for
+        themselves: both are delivered as plain ``upcall.ExtType`` values,
+        and a message with frames after its payload is a decode error
+        (``oob_unused``).
         """
         _check_self(self, "subscribe")
         return self._open_subscription(
             endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
             on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            socket_options, decoder, raw, copy, max_topics, GIL_ADOPT, None)
+            socket_options, decoder, raw, copy, max_topics, extensions, GIL_ADOPT, None)
 
     @cython.binding(True)               # as subscribe(): the default (b"",)
     def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
                         thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
                         max_message_size=None, curve_server=None, curve_serverkey=None,
                         curve_client=None, socket_options=None, decoder=None, raw=False,
-                        queue_size=None, copy=False, max_topics=None):
+                        queue_size=None, copy=False, max_topics=None, extensions=True):
         """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
 
         Call it from a coroutine: messages are delivered to the running event
@@ -565,7 +572,7 @@ A zmq context and every subscription and publisher opened on it.
             max_message_size=max_message_size, curve_server=curve_server,
             curve_serverkey=curve_serverkey, curve_client=curve_client,
             socket_options=socket_options, decoder=decoder, raw=raw, copy=copy,
-            max_topics=max_topics))
+            max_topics=max_topics, extensions=extensions))
         self._async_subs.add(asub)
         return asub
 
@@ -574,7 +581,8 @@ A zmq context and every subscription and publisher opened on it.
             object batch, object delivery, object thread_factory, object with_topic,
             object on_error, object rcvhwm, object max_message_size, object curve_server,
             object curve_serverkey, object curve_client, object socket_options, object decoder,
-            object raw, object copy, object max_topics, int gil_mode, _Source source):
+            object raw, object copy, object max_topics, object extensions, int gil_mode,
+            _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
         socket on ``endpoint``; else ``source.open`` makes the loop)."""
@@ -597,6 +605,10 @@ A zmq context and every subscription and publisher opened on it.
             target = inbox = _Inbox()
         target_kind = _target_kind(target)
         payload_decoder = _payload_decoder(decoder, raw)
+        if not isinstance(extensions, bool):
+            raise TypeError(f"extensions must be True or False, not {type(extensions).__name__}")
+        if not extensions:
+            payload_decoder = _plain_ext_decoder(payload_decoder)
         if not isinstance(copy, bool):
             raise TypeError(f"copy must be True or False, not {type(copy).__name__}")
         if on_error is not None and not callable(on_error):
@@ -667,6 +679,7 @@ A zmq context and every subscription and publisher opened on it.
         o.batch = batch
         o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
         o.max_message_size = mms
+        o.plain_ext = 0 if extensions else 1
         _fill_curve(&o.curve, curve)
         o.deliver = _deliver
         o.ctx = &sub._st
@@ -967,8 +980,8 @@ cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, 
         endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
         kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
         kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], kw["max_topics"], gil_mode,
-        source)
+        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], kw["max_topics"],
+        kw["extensions"], gil_mode, source)
 
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):

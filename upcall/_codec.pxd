@@ -52,11 +52,11 @@ cdef class Decoder:
     cdef object decode_wire(self, const char *data, Py_ssize_t size)
     # decode_view for a subscription's message: extra points to n_extra
     # (data, size) frames after the payload (uc_frame's layout); its
-    # out-of-band references become make(ctx, i, flags, size, &err) (see
+    # out-of-band references become make(ctx, i, codec, size, &err) (see
     # ucd_frames in _codec_c.h), each frame must be
     # referenced exactly once, a coalesced payload is refused.
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
                            size_t n_extra,
-                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           object (*make)(void *ctx, size_t i, int codec, uint64_t size, int *err),
                            void *ctx)
     cdef object _decode_obj(self, object data, str argname)

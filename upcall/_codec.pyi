@@ -75,3 +75,4 @@ def unpackb(data: Buffer, *, timestamp: Optional[Literal["timestamp", "datetime"
 @final
 class OobBuffer:
     """A buffer view of a value a publisher sends out of band (internal)."""
+def _coalesced_payload(messages: Buffer) -> bytes: ...

@@ -15,10 +15,12 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.object cimport Py_EQ, Py_GE, Py_GT, Py_LE, Py_LT, Py_NE, PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 cimport cython
 
 from upcall.includes.msgpack cimport *
+from upcall.includes.wire cimport *
 from upcall._arguments cimport int_arg
 
 import datetime as _dt
@@ -53,15 +55,13 @@ cdef extern from "_codec_c.h":
         UCD_ERR_OOB_CODEC
         UCD_ERR_OOB_DECOMPRESS
         UCD_ERR_MSG_SIZE
-        UCD_EXT_OOB
-        UCD_EXT_COALESCED
     ctypedef struct ucd_span:
         pass
     ctypedef struct ucd_frames:
         const ucd_span *extra
         size_t n
         uint32_t used
-        object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err)
+        object (*make)(void *ctx, size_t i, int codec, uint64_t size, int *err)
         void *ctx
     Py_ssize_t ucd_oob_min
     ucd_frames ucd_no_frames
@@ -507,9 +507,9 @@ ucd_pack_other = _hook_pack_other
 
 # ---------------------------------------------------------------- out-of-band values
 
-# Frames after the payload that one message may carry (UC_MAX_FRAMES - 2,
+# Frames after the payload that one message may carry (wire.h,
 # upcall.MAX_OOB_FRAMES).
-cdef Py_ssize_t MAX_OOB_FRAMES = 14
+cdef Py_ssize_t MAX_OOB_FRAMES = UC_WIRE_MAX_OOB
 
 
 @cython.final
@@ -522,24 +522,17 @@ cdef class OobBuffer:
             PyBuffer_Release(&self.view)
 
 
-cdef inline void _be(unsigned char *p, uint64_t v, int n) noexcept:
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        p[i] = <unsigned char>(v & 0xff)
-        v >>= 8
-
-
 cdef int _pack_wire(Encoder e, object o, mp_writer *w) except -1:
     """Packing for a publisher (Encoder.pack_oob): a buffer-protocol value
     at or above the threshold becomes an out-of-band reference (docs/wire.md,
     ext 126), a smaller one bin; ExtType codes 126 and 127 belong to the wire
     format and are refused.  0: packed; 1: not for this function."""
     cdef OobBuffer b
-    cdef unsigned char ref[16]
+    cdef unsigned char ref[UC_OOB_REF_SIZE]
     cdef Py_ssize_t n
     if isinstance(o, ExtType) or _foreign_kind(type(o)) == _FOREIGN_EXT:
         code = (<ExtType>o).code if isinstance(o, ExtType) else (o[0] if isinstance(o, tuple) else o.code)
-        if code == UCD_EXT_OOB or code == UCD_EXT_COALESCED:
+        if code == UC_EXT_OOB or code == UC_EXT_COALESCED:
             raise ValueError(f"upcall: ext code {code} belongs to the wire format "
                              "(docs/wire.md): a publisher cannot send it as an ExtType")
         return 1
@@ -561,14 +554,32 @@ cdef int _pack_wire(Encoder e, object o, mp_writer *w) except -1:
         return _ck(mp_write_bin(w, b.view.buf, <size_t>n))
     if e._oob is None:
         e._oob = []
-    ref[0] = 1
-    ref[1] = ref[2] = ref[3] = 0
-    _be(ref + 4, <uint64_t>(2 + len(e._oob)), 4)
-    _be(ref + 8, <uint64_t>n, 8)
-    _ck(mp_write_ext(w, UCD_EXT_OOB, ref, 16))
-    b.ref_at = w.len - 16          # the publisher sets the flags there if it compresses
+    uc_oob_ref_pack(ref, <uint32_t>(UC_WIRE_FIRST_OOB_FRAME + len(e._oob)), <uint64_t>n,
+                    UC_OOB_CODEC_NONE)
+    _ck(mp_write_ext(w, UC_EXT_OOB, ref, UC_OOB_REF_SIZE))
+    b.ref_at = w.len - UC_OOB_REF_SIZE   # the publisher sets the codec there if it compresses
     e._oob.append(b)
     return 0
+
+
+def _coalesced_payload(messages):
+    """The coalesced payload (docs/wire.md, ext 127) that carries
+    ``messages``, a bytes-like object of packed msgpack objects back to back,
+    with the header csrc/wire.h writes (uc_batch_header_pack).  For the
+    benchmark, which floods subscribers with coalesced payloads that no
+    publisher built."""
+    cdef Py_buffer view
+    cdef unsigned char *p
+    PyObject_GetBuffer(messages, &view, PyBUF_SIMPLE)
+    try:
+        out = PyBytes_FromStringAndSize(NULL, UC_BATCH_HEADER + view.len)
+        p = <unsigned char *>PyBytes_AS_STRING(out)
+        if uc_batch_header_pack(p, <size_t>(UC_BATCH_HEADER + view.len)) != 0:
+            raise ValueError("a coalesced payload holds at most 4 GiB")
+        memcpy(p + UC_BATCH_HEADER, view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return out
 
 
 # Other libraries' timestamp and ext types, recognised by their type's module
@@ -694,7 +705,7 @@ Reusable msgpack decoder: ``Decoder(*, timestamp="timestamp",
 
     cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
                            size_t n_extra,
-                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           object (*make)(void *ctx, size_t i, int codec, uint64_t size, int *err),
                            void *ctx):
         cdef ucd_frames fr
         fr.extra = <const ucd_span *>extra

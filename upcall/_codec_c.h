@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "msgpack.h"
+#include "wire.h"
 
 #if PY_VERSION_HEX < 0x030B0000
 #include <longintrepr.h>
@@ -37,27 +38,21 @@ enum {
     UCD_ERR_UNHASHABLE = 101,  /* a map key decoded to a list or dict */
     UCD_ERR_MAX_LEN = 102,     /* a length above max_len */
     UCD_ERR_TS_RANGE = 103,    /* timestamp outside datetime's range */
-    UCD_ERR_OOB_LENGTH = 110,  /* ext 126 whose data is not 16 bytes */
-    UCD_ERR_OOB_VERSION = 111, /* ext 126 of another version */
-    UCD_ERR_OOB_FLAGS = 112,   /* ext 126 with flags this version does not know */
-    UCD_ERR_OOB_INDEX = 113,   /* ext 126 naming no frame after the payload */
-    UCD_ERR_OOB_TWICE = 114,   /* a frame referenced twice */
-    UCD_ERR_OOB_SIZE = 115,    /* a frame whose length is not the reference's size */
-    UCD_ERR_OOB_UNUSED = 116,  /* a frame after the payload that nothing references */
-    UCD_ERR_COALESCED = 117,   /* a payload that is an ext 127 (coalesced) value */
-    UCD_ERR_OOB_CODEC = 120,   /* a compressed frame, and this build cannot decompress */
-    UCD_ERR_OOB_DECOMPRESS = 121, /* a compressed frame that does not decompress to size */
-    UCD_ERR_MSG_SIZE = 122,    /* the message would grow past its size limit (decompressed) */
+    /* The wire format's faults (out-of-band references, a coalesced
+     * payload where one message was expected): their numbers are wire.h's. */
+    UCD_ERR_OOB_LENGTH = UC_WIRE_ERR_OOB_LENGTH,
+    UCD_ERR_OOB_VERSION = UC_WIRE_ERR_OOB_VERSION,
+    UCD_ERR_OOB_FLAGS = UC_WIRE_ERR_OOB_FLAGS,
+    UCD_ERR_OOB_INDEX = UC_WIRE_ERR_OOB_INDEX,
+    UCD_ERR_OOB_TWICE = UC_WIRE_ERR_OOB_TWICE,
+    UCD_ERR_OOB_SIZE = UC_WIRE_ERR_OOB_SIZE,
+    UCD_ERR_OOB_UNUSED = UC_WIRE_ERR_OOB_UNUSED,
+    UCD_ERR_COALESCED = UC_WIRE_ERR_COALESCED,
+    UCD_ERR_OOB_CODEC = UC_WIRE_ERR_OOB_CODEC,
+    UCD_ERR_OOB_DECOMPRESS = UC_WIRE_ERR_OOB_DECOMPRESS,
+    UCD_ERR_MSG_SIZE = UC_WIRE_ERR_MSG_SIZE,
     UCD_ERR_PYTHON = 199       /* a Python exception is set (MemoryError...) */
 };
-
-/* The wire format's ext codes (docs/wire.md). */
-#define UCD_EXT_OOB 126
-#define UCD_EXT_COALESCED 127
-/* ext 126 flags: the frame's compression codec id (csrc/codec.h; 0: the
- * frame is the value itself), resolved by the subscription's make. */
-#include "codec.h"
-#define UCD_OOB_CODEC_MASK UC_WIRE_CODEC_MASK
 
 /* The frames after a message's payload, for resolving its out-of-band
  * references (ext 126) while decoding it in a subscription.  `used` marks
@@ -71,12 +66,12 @@ typedef struct ucd_frames {
     const ucd_span *extra;         /* frames after the payload */
     size_t n;                      /* how many (at most 32) */
     uint32_t used;
-    /* The value for extra[i], whose reference has `flags` (a codec id or 0)
-     * and `size`: a new reference, or NULL with an exception; or, with *err
+    /* The value for extra[i], whose reference names `codec` (a
+     * UC_OOB_CODEC_* of wire.h) and `size`: a new reference, or NULL with an exception; or, with *err
      * set to a UCD_ERR_OOB_* code, a decode error (the frame does not
      * decompress, or cannot be decompressed here: whatever it returned is
      * dropped). */
-    PyObject *(*make)(void *ctx, size_t i, int flags, uint64_t size, int *err);
+    PyObject *(*make)(void *ctx, size_t i, int codec, uint64_t size, int *err);
     void *ctx;
 } ucd_frames;
 
@@ -111,7 +106,7 @@ static PyObject *(*ucd_make_error)(int code, Py_ssize_t offset, Py_ssize_t limit
 
 typedef struct ucd_ctx {
     ucd_config *cfg;
-    ucd_frames *fr;                /* NULL: ext 126 is a plain ExtType */
+    ucd_frames *fr;                /* NULL: ext 126 is a plain ExtType (and ext 127 too) */
     mp_reader r;
     int err;
     size_t err_pos;
@@ -234,26 +229,21 @@ static inline PyObject *ucd_cached_str(ucd_ctx *c, ucd_key_slot *table, uint32_t
     return k;
 }
 
-static inline uint64_t ucd_be(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
-    return v;
-}
-
-/* An out-of-band reference (docs/wire.md): checked against the frames, the
- * frame marked used, its value made by the subscription. */
+/* An out-of-band reference (docs/wire.md; its layout is wire.h's, read by
+ * uc_oob_ref_unpack): checked against the frames, the frame marked used,
+ * its value made by the subscription. */
 static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it, size_t pos) {
     ucd_frames *fr = c->fr;
-    const unsigned char *d = (const unsigned char *)it->ptr;
-    if (it->len != 16) return ucd_fail(c, UCD_ERR_OOB_LENGTH, pos);
-    if (d[0] != 1) return ucd_fail(c, UCD_ERR_OOB_VERSION, pos);
-    if ((d[1] & ~UCD_OOB_CODEC_MASK) || d[2] || d[3]) return ucd_fail(c, UCD_ERR_OOB_FLAGS, pos);
-    uint64_t index = ucd_be(d + 4, 4), size = ucd_be(d + 8, 8);
-    if (index < 2 || index - 2 >= fr->n) return ucd_fail(c, UCD_ERR_OOB_INDEX, pos);
-    size_t i = (size_t)(index - 2);
+    uc_oob_ref ref;
+    int bad = uc_oob_ref_unpack(it->ptr, it->len, &ref);
+    if (bad) return ucd_fail(c, bad, pos);
+    uint64_t index = ref.index, size = ref.size;
+    if (index < UC_WIRE_FIRST_OOB_FRAME || index - UC_WIRE_FIRST_OOB_FRAME >= fr->n)
+        return ucd_fail(c, UCD_ERR_OOB_INDEX, pos);
+    size_t i = (size_t)(index - UC_WIRE_FIRST_OOB_FRAME);
     if (fr->used & (UINT32_C(1) << i)) return ucd_fail(c, UCD_ERR_OOB_TWICE, pos);
     /* A compressed frame's length is the compressed one: make checks it. */
-    if (!(d[1] & UCD_OOB_CODEC_MASK) && (uint64_t)fr->extra[i].size != size)
+    if (ref.codec == UC_OOB_CODEC_NONE && (uint64_t)fr->extra[i].size != size)
         return ucd_fail(c, UCD_ERR_OOB_SIZE, pos);
     /* max_len bounds a value out of band as it bounds one inline: its size
      * as delivered (decompressed), checked before make allocates for it. */
@@ -264,7 +254,7 @@ static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it
      * collector is as the application left it while it does. */
     int deferred = c->gc_deferred;
     ucd_gc_restore(c);
-    PyObject *o = fr->make(fr->ctx, i, d[1], size, &err);
+    PyObject *o = fr->make(fr->ctx, i, (int)ref.codec, size, &err);
     if (deferred) ucd_gc_defer(c);
     if (err) {
         Py_XDECREF(o);
@@ -276,7 +266,7 @@ static __attribute__((noinline)) PyObject *ucd_oob(ucd_ctx *c, const mp_item *it
 
 static PyObject *ucd_ext(ucd_ctx *c, const mp_item *it, size_t pos) {
     PyObject *o;
-    if (it->type != MP_TIMESTAMP && it->ext_type == UCD_EXT_OOB && c->fr)
+    if (it->type != MP_TIMESTAMP && it->ext_type == UC_EXT_OOB && c->fr)
         return ucd_oob(c, it, pos);
     if (it->type == MP_TIMESTAMP) {
         o = ucd_make_timestamp(it->v.ts.sec, it->v.ts.nsec, c->cfg->ts_datetime);
@@ -464,12 +454,11 @@ static PyObject *ucd_decode(ucd_config *cfg, const char *data, Py_ssize_t size) 
 /* A payload that is one ext 127 value (a coalesced batch, docs/wire.md)?
  * Only ext headers get past the first test. */
 static inline int ucd_is_coalesced(const char *data, Py_ssize_t size) {
-    unsigned char b = size > 0 ? (unsigned char)data[0] : 0;
-    if (!((b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8))) return 0;
+    if (!uc_wire_ext_marker(size > 0 ? (unsigned char)data[0] : 0)) return 0;
     mp_reader r;
     mp_item it;
     mp_reader_init(&r, data, (size_t)size);
-    return mp_read(&r, &it) == MP_OK && it.type == MP_EXT && it.ext_type == UCD_EXT_COALESCED;
+    return mp_read(&r, &it) == MP_OK && it.type == MP_EXT && it.ext_type == UC_EXT_COALESCED;
 }
 
 static __attribute__((noinline, cold)) PyObject *ucd_raise_coalesced(void) {

@@ -68,6 +68,41 @@ cdef class _CallDecoder(Decoder):
         raise _oob_refused(n_extra, "decoder=")
 
 
+@cython.final
+cdef class _PlainExt(Decoder):
+    """subscribe(extensions=False) with the built-in decoder: ext 126 and
+    127 are an application's own codes (docs/wire.md), decoded as plain
+    ExtType values by the decoder it wraps, with its options; the C core
+    does not split ext 127 payloads (uc_sub_opts.plain_ext)."""
+    cdef Decoder inner
+
+    cdef object decode_view(self, const char *data, Py_ssize_t size):
+        return self.inner.decode_view(data, size)
+
+    cdef object decode_wire(self, const char *data, Py_ssize_t size):
+        return self.inner.decode_view(data, size)   # no frames: references are not resolved
+
+    cdef object decode_msg(self, const char *data, Py_ssize_t size, const void *extra,
+                           size_t n_extra,
+                           object (*make)(void *ctx, size_t i, int flags, uint64_t size, int *err),
+                           void *ctx):
+        raise DecodeError(
+            f"message carries {n_extra} frame(s) after its payload, which nothing "
+            "references: this subscription reads ext 126 as a plain value "
+            "(extensions=False, docs/wire.md)", <Py_ssize_t>size, "oob_unused")
+
+
+cdef Decoder _plain_ext_decoder(Decoder decoder):
+    """The decoder of a subscription with extensions=False: raw=True and
+    decoder=fn see the payload's bytes anyway (only the C core's split
+    changes for them); the built-in decoder is wrapped."""
+    if isinstance(decoder, (_RawPayload, _CallDecoder)):
+        return decoder
+    cdef _PlainExt plain = _PlainExt.__new__(_PlainExt)
+    plain.inner = decoder
+    return plain
+
+
 cdef object _oob_refused(size_t n_extra, str what):
     return DecodeError(
         f"message carries {n_extra} out-of-band frame(s) (large values sent apart, "

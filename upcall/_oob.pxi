@@ -36,12 +36,9 @@ cdef extern from "Python.h":
 from upcall._codec cimport OobBuffer
 from upcall.includes.compress cimport *
 
-# The decoder's codes for a frame that cannot be decompressed
-# (upcall/_codec_c.h: UCD_ERR_OOB_*).
-cdef enum:
-    _ERR_OOB_CODEC = 120
-    _ERR_OOB_DECOMPRESS = 121
-    _ERR_MSG_SIZE = 122
+# The reference's codec ids and the faults of a frame that cannot be
+# decompressed are the wire format's (csrc/wire.h).
+from upcall.includes.wire cimport *
 
 #: The codecs ``publisher(compression=...)`` takes in this build, in the
 #: order of the C core's table (csrc/codec.h): ("lz4", "zstd") when upcall
@@ -56,7 +53,7 @@ _CODECS = tuple(uc_codec_at(_i).name.decode() for _i in range(uc_codec_count()))
 #: out of band (PERF.md, "Large payloads").  The default is None: never.
 DEFAULT_OOB_THRESHOLD = 16 * 1024
 #: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
-MAX_OOB_FRAMES = UC_MAX_FRAMES - 2
+MAX_OOB_FRAMES = UC_WIRE_MAX_OOB
 #: Bytes the compressed out-of-band frames of one message may decompress to,
 #: in all, for a subscription given no ``max_message_size`` (docs/security.md).
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
@@ -243,7 +240,7 @@ cdef inline bint _oob_take(_oob_ctx *c, uint64_t size, int *err) noexcept:
         c.left -= size
         return True
     c.refused = c.limit - c.left + size
-    err[0] = _ERR_MSG_SIZE
+    err[0] = UC_WIRE_ERR_MSG_SIZE
     return False
 
 
@@ -274,10 +271,10 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, unsigned codec_id, uint64_t siz
     cdef char *dst
     cdef int rc
     if codec == NULL or not codec.available:
-        err[0] = _ERR_OOB_CODEC
+        err[0] = UC_WIRE_ERR_OOB_CODEC
         return None
     if uc_codec_refuses(codec, f.data, f.size, size):
-        err[0] = _ERR_OOB_DECOMPRESS
+        err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
     if not _oob_take(c, size, err):
         return None
@@ -294,23 +291,23 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, unsigned codec_id, uint64_t siz
     with nogil:
         rc = uc_codec_decompress(codec, f.data, f.size, dst, <size_t>size)
     if rc != UC_OK:
-        err[0] = _ERR_OOB_DECOMPRESS
+        err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
     return out if copy else PyMemoryView_FromObject(v)
 
 
-cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
+cdef object _oob_value(void *ctx, size_t i, int codec, uint64_t size, int *err):
     """The decoder's value for the i-th frame after the payload of the
     message of ctx (an _oob_ctx: a uc_msg being delivered): a read-only
     memoryview over the zmq frame itself, or over a copy for a source without
-    zmq frames, or over its decompressed bytes (flags: a codec id)."""
+    zmq frames, or over its decompressed bytes (a codec other than UC_OOB_CODEC_NONE)."""
     cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     cdef uc_held *h = NULL
     cdef _HeldFrame f
     cdef int rc
-    if flags & UC_WIRE_CODEC_MASK:
-        return _oob_inflated(c, i, flags & UC_WIRE_CODEC_MASK, size, False, err)
+    if codec != UC_OOB_CODEC_NONE:
+        return _oob_inflated(c, i, codec, size, False, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
@@ -323,12 +320,12 @@ cdef object _oob_value(void *ctx, size_t i, int flags, uint64_t size, int *err):
     return PyMemoryView_FromObject(PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size))
 
 
-cdef object _oob_bytes(void *ctx, size_t i, int flags, uint64_t size, int *err):
+cdef object _oob_bytes(void *ctx, size_t i, int codec, uint64_t size, int *err):
     """_oob_value for subscribe(copy=True): the frame's bytes (decompressed)."""
     cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
-    if flags & UC_WIRE_CODEC_MASK:
-        return _oob_inflated(c, i, flags & UC_WIRE_CODEC_MASK, size, True, err)
+    if codec != UC_OOB_CODEC_NONE:
+        return _oob_inflated(c, i, codec, size, True, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)

@@ -6,6 +6,23 @@ DEFAULT_MAX_DELAY = 0.001
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BYTES = 64 * 1024
 
+# The C core's coalescer (internal: no installed .pxd), which send_many uses
+# on a publisher that does not coalesce.
+cdef extern from "coalesce.h" nogil:
+    ctypedef struct uc_batch:
+        size_t count
+    ctypedef struct uc_coal:
+        pass
+    int uc_coal_init(uc_coal *c, size_t max_topics, size_t max_batch, size_t max_bytes)
+    void uc_coal_free(uc_coal *c)
+    uc_batch *uc_coal_slot(uc_coal *c, const void *topic, size_t topic_len, int *full)
+    int uc_batch_fits(const uc_coal *c, const uc_batch *b, size_t len)
+    int uc_coal_alone(const uc_coal *c, size_t len)
+    int uc_batch_append(uc_coal *c, uc_batch *b, const void *msg, size_t len, int64_t now_ns)
+    int uc_batch_full(const uc_coal *c, const uc_batch *b)
+    const char *uc_batch_payload(uc_batch *b, size_t *len)
+    void uc_batch_clear(uc_coal *c, uc_batch *b)
+
 
 cdef int64_t _max_delay_us(object value) except? -2:
     """publisher(max_delay=...): seconds (0 .. 3600) as microseconds; None: -1."""
@@ -281,7 +298,7 @@ cdef class Publisher:
         frames that pay, whose buffers are then free at once).  Never
         coalesced: on a coalescing publisher the topic's open batch goes
         first (the C core sends it), then this message alone."""
-        cdef uc_oob_frame frames[14]
+        cdef uc_oob_frame frames[UC_WIRE_MAX_OOB]
         cdef size_t i, n = len(oob), n_raw = n
         cdef Sent sent = Sent.__new__(Sent)
         cdef uc_release *r = NULL
@@ -333,7 +350,7 @@ cdef class Publisher:
         for i in range(n):
             if frames[i].cbuf != NULL:
                 b = <OobBuffer>oob[i]
-                (<char *>data)[b.ref_at + 1] |= <char>codec.id     # flags (docs/wire.md)
+                uc_oob_ref_set_codec(<unsigned char *>data + b.ref_at, codec.id)
                 n_raw -= 1
         return n_raw
 
@@ -443,31 +460,43 @@ cdef class Publisher:
         return None
 
     cdef int _send_built(self, const char *tb, size_t tn, object objs, int ms) except -1:
-        """send_many without coalescing: batches built in a writer of its own."""
+        """send_many without coalescing: the batches are built by the C core's
+        coalescer (csrc/coalesce.h), one of its own for this one topic, with
+        the publisher's max_batch and max_bytes: the same batches a
+        coalescing publisher sends."""
+        cdef uc_coal co
+        cdef uc_batch *b
         cdef mp_writer w
-        cdef size_t mark, count = 0
+        cdef int full = 0
+        if uc_coal_init(&co, 1, self._max_batch, self._max_bytes) != UC_OK:
+            raise MemoryError()
         mp_writer_init(&w)
         try:
-            if mp_write_raw(&w, b"\xc9\0\0\0\0\x7f\x01", 7) != 0:
+            b = uc_coal_slot(&co, tb, tn, &full)
+            if b == NULL:
                 raise MemoryError()
             for obj in objs:
-                mark = w.len
+                w.len = 0
                 if self._encode is not None:
                     payload = _encoded(self._encode, obj)
                     self._append_payload(&w, payload)
                 else:
                     self._encoder.pack_oob(obj, &w, PY_SSIZE_T_MAX)
-                if count and (count == self._max_batch or w.len > self._max_bytes):
-                    # The new message opens the next batch: send the rest.
-                    self._send_batch(tb, tn, &w, mark, count, ms)
-                    memmove(w.data + 7, w.data + mark, w.len - mark)
-                    w.len = 7 + w.len - mark
-                    count = 0
-                count += 1
-            if count:
-                self._send_batch(tb, tn, &w, w.len, count, ms)
+                if uc_coal_alone(&co, w.len):
+                    # Too large for any batch: alone, after the batch before it.
+                    self._send_batch(tb, tn, &co, b, ms)
+                    self._send_raw(tb, tn, w.data, w.len, ms, NULL, 0, 0)
+                    continue
+                if not uc_batch_fits(&co, b, w.len):
+                    self._send_batch(tb, tn, &co, b, ms)
+                if uc_batch_append(&co, b, w.data, w.len, 0) != UC_OK:
+                    raise MemoryError()
+                if uc_batch_full(&co, b):
+                    self._send_batch(tb, tn, &co, b, ms)
+            self._send_batch(tb, tn, &co, b, ms)
         finally:
             mp_writer_free(&w)
+            uc_coal_free(&co)
         return 0
 
     cdef int _append_payload(self, mp_writer *w, object payload) except -1:
@@ -480,18 +509,18 @@ cdef class Publisher:
             PyBuffer_Release(&view)
         return 0
 
-    cdef int _send_batch(self, const char *tb, size_t tn, mp_writer *w, size_t end,
-                         size_t count, int ms) except -1:
-        """Send w.data[0:end] (a header and count messages) as one message;
-        a batch of one as that message alone, as the C core does."""
-        cdef unsigned char *h = <unsigned char *>w.data
-        cdef size_t n = end - 6
-        if count == 1:
-            return self._send_raw(tb, tn, w.data + 7, end - 7, ms, NULL, 0, 0)
-        if n > 0xffffffff:
-            raise ValueError("send_many: a batch over 4 GiB (lower max_bytes)")
-        h[1], h[2], h[3], h[4] = (n >> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff
-        return self._send_raw(tb, tn, w.data, end, ms, NULL, 0, 0)
+    cdef int _send_batch(self, const char *tb, size_t tn, uc_coal *co, uc_batch *b,
+                         int ms) except -1:
+        """Send batch b, if it holds anything, as one message (a batch of one
+        as that message alone: uc_batch_payload), then empty it."""
+        cdef const char *data
+        cdef size_t size
+        if b.count == 0:
+            return 0
+        data = uc_batch_payload(b, &size)
+        self._send_raw(tb, tn, data, size, ms, NULL, 0, 0)
+        uc_batch_clear(co, b)
+        return 0
 
     def flush(self, *, timeout=None):
         """Send every pending coalesced batch now, oldest first (nothing to do

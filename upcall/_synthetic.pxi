@@ -15,7 +15,7 @@ _SYNTHETIC_ENDPOINT = "synthetic source"
 # The subscribe() keyword arguments that apply to a synthetic source; the
 # others configure a zmq socket.
 _SYNTHETIC_SUBSCRIBE_KWARGS = ("batch", "delivery", "thread_factory", "with_topic", "on_error",
-                               "decoder", "raw")
+                               "decoder", "raw", "extensions")
 
 
 @cython.final
@@ -53,7 +53,7 @@ def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, 
     _synthetic_info().  ``gil``: "adopt" (what subscribe() does) or
     "per-upcall" (PyGILState_Ensure around every message).
     ``subscribe_kwargs``: subscribe()'s batch, delivery, thread_factory,
-    with_topic, on_error, decoder and raw.
+    with_topic, on_error, decoder, raw and extensions.
     """
     cdef _SyntheticSource source = _SyntheticSource.__new__(_SyntheticSource)
     for name in subscribe_kwargs:

@@ -91,6 +91,7 @@ cdef extern from "bus.h" nogil:
         uc_curve curve
         const uc_sockopt *sockopts
         size_t n_sockopts
+        int plain_ext
 
     ctypedef struct uc_sub:
         pass

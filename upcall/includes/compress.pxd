@@ -3,8 +3,6 @@
 from libc.stdint cimport uint64_t
 
 cdef extern from "codec.h" nogil:
-    const unsigned UC_WIRE_CODEC_NONE
-    const unsigned UC_WIRE_CODEC_MASK
     ctypedef struct uc_codec:
         const char *name
         unsigned id

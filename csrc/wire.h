@@ -1,0 +1,217 @@
+/* The wire format (docs/wire.md): every number and layout of it, defined
+ * once.  No Python, no zmq: plain C, included by the C core (the splitter,
+ * the coalescer, the publisher) and by the Cython modules (through
+ * upcall/includes/wire.pxd) that write and read the same structures.
+ *
+ * A message is the zmq multipart message [topic][payload][frame 2]...:
+ * the payload is one msgpack object, the frames after it are values sent
+ * out of band, each named by a reference inside the payload (ext 126); a
+ * payload may instead be a coalesced batch of messages (ext 127).  Every
+ * multi-byte integer here is big-endian, as in msgpack itself.
+ *
+ * Writer and reader of each structure use the inlines below, so that the
+ * two cannot disagree; tests/test_wire_definitions.py fails when one of
+ * these numbers is written as a literal anywhere else in csrc/, upcall/ or
+ * bench/.  Test vectors (csrc/tests, tests/) spell the bytes out on
+ * purpose: they check these definitions from the outside.
+ */
+#ifndef UPCALL_WIRE_H
+#define UPCALL_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ ext codes */
+
+/* The two msgpack extension codes the format takes for itself: the top of
+ * the application range (0..127), so that 0..125 stay free for
+ * applications.  A foreign producer may use them too: a subscription made
+ * with extensions=False reads both as plain ext values. */
+#define UC_EXT_OOB 126          /* an out-of-band reference, anywhere in a payload */
+#define UC_EXT_COALESCED 127    /* a coalesced batch, only as the whole payload */
+
+/* msgpack's ext markers, fixext 1..16 (0xd4..0xd8) and ext 8/16/32
+ * (0xc7..0xc9): a payload starting with any other byte is no ext value, so
+ * no coalesced batch; the one compare an ordinary payload pays. */
+static inline int uc_wire_ext_marker(unsigned char b)
+{
+    return (b >= 0xc7 && b <= 0xc9) || (b >= 0xd4 && b <= 0xd8);
+}
+
+/* --------------------------------------------------------------- frames */
+
+/* Frame 0 is the topic (SUB filters on its prefix), frame 1 the payload;
+ * out-of-band values follow from frame 2 on, numbered in the order their
+ * references are written. */
+#define UC_WIRE_FIRST_OOB_FRAME 2
+
+/* Frames a receiver keeps per message: a message with more is cut and a
+ * decode error ("frames").  16 keeps the receive pool's per-message slot
+ * small (sub_zmq.c) and the decoder's "frame used" set one 32-bit word. */
+#define UC_WIRE_MAX_FRAMES 16
+
+/* So one message carries at most 14 out-of-band values; a publisher packs
+ * the 15th and later ones inline. */
+#define UC_WIRE_MAX_OOB (UC_WIRE_MAX_FRAMES - UC_WIRE_FIRST_OOB_FRAME)
+
+/* ------------------------------------------- out-of-band reference (126) */
+
+/* The data of an ext 126 value, always 16 bytes (fixext 16), so that a
+ * plain msgpack reader unpacks it with one struct.unpack(">BBHIQ"):
+ *
+ *     byte 0      version   UC_OOB_VERSION
+ *     byte 1      flags     codec id (UC_OOB_CODEC_MASK); other bits 0
+ *     bytes 2-3   reserved  0
+ *     bytes 4-7   index     u32, the frame holding the value (>= 2)
+ *     bytes 8-15  size      u64, the value's length (decompressed)
+ */
+#define UC_OOB_REF_SIZE 16
+#define UC_OOB_VERSION 1        /* any other is a decode error (oob_version) */
+
+/* The flags byte's codec field: how the frame is compressed.  The low four
+ * bits leave room for 15 codecs; the other bits must be 0 (oob_flags) so
+ * that a later flag is refused by this version, not misread.  Codec 1 is
+ * the value the first version wrote as "bit 0: LZ4", so frames on the wire
+ * today keep their meaning. */
+#define UC_OOB_CODEC_MASK 0x0f
+#define UC_OOB_CODEC_NONE 0     /* the frame is the value itself */
+#define UC_OOB_CODEC_LZ4 1      /* one raw LZ4 block (LZ4_compress_default) */
+#define UC_OOB_CODEC_ZSTD 2     /* one zstd frame */
+/* The highest codec id this version reads: a higher one is refused as
+ * unknown flags (oob_flags), as any other unknown bit; a known codec this
+ * build lacks the library for is oob_codec.  The codec table raises it. */
+#define UC_OOB_CODEC_LAST UC_OOB_CODEC_ZSTD
+
+/* A reference as read from the wire. */
+typedef struct uc_oob_ref {
+    unsigned version;
+    unsigned flags;            /* the whole flags byte */
+    unsigned codec;            /* flags & UC_OOB_CODEC_MASK */
+    uint64_t index;            /* the frame, counted from 0 = the topic */
+    uint64_t size;
+} uc_oob_ref;
+
+static inline void uc_wire_put_be(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+static inline uint64_t uc_wire_get_be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Write a reference's 16 bytes for the value in frame `index`, `size`
+ * bytes, its frame as `codec` says. */
+static inline void uc_oob_ref_pack(unsigned char *out, uint32_t index, uint64_t size,
+                                   unsigned codec)
+{
+    out[0] = UC_OOB_VERSION;
+    out[1] = (unsigned char)(codec & UC_OOB_CODEC_MASK);
+    out[2] = out[3] = 0;
+    uc_wire_put_be(out + 4, index, 4);
+    uc_wire_put_be(out + 8, size, 8);
+}
+
+/* Set the codec of a reference already written (its 16 bytes at `ref`):
+ * the publisher decides to compress after the payload is packed. */
+static inline void uc_oob_ref_set_codec(unsigned char *ref, unsigned codec)
+{
+    ref[1] = (unsigned char)((ref[1] & ~UC_OOB_CODEC_MASK) | (codec & UC_OOB_CODEC_MASK));
+}
+
+/* Read a reference from an ext 126 value's data.  0, or the fault:
+ * UC_WIRE_ERR_OOB_LENGTH, _VERSION or _FLAGS (a codec id above
+ * UC_OOB_CODEC_LAST included).  The index is checked by the caller, who
+ * knows the frames; so is a known codec this build cannot decompress
+ * (oob_codec). */
+static inline int uc_oob_ref_unpack(const void *data, size_t len, uc_oob_ref *ref);
+
+/* ---------------------------------------------- coalesced batch (ext 127) */
+
+/* A coalesced payload is one ext 127 value whose data is a version byte and
+ * the messages back to back.  The publisher always writes the ext 32 form,
+ * so that the header has a fixed size, is reserved when the batch starts
+ * and gets its length when the batch is sent:
+ *
+ *     c9 <u32 length> 7f 01 <msgpack object><msgpack object>...
+ *
+ * `length` counts the ext's data: the version byte and the messages.  A
+ * reader takes every ext form (fixext, ext 8/16/32). */
+#define UC_BATCH_VERSION 1      /* any other is a decode error (batch_version) */
+#define UC_BATCH_MARKER 0xc9    /* msgpack ext 32 */
+#define UC_BATCH_HEADER 7       /* marker, u32 length, code, version */
+#define UC_BATCH_EXT_HEAD 6     /* the bytes before the ext's data: marker, length, code */
+
+/* Write the header of a batch whose header and messages take `total` bytes
+ * (total >= UC_BATCH_HEADER).  0, or -1 when the ext's data would not fit
+ * its u32 length (over 4 GiB). */
+static inline int uc_batch_header_pack(unsigned char *h, size_t total)
+{
+    uint64_t n = (uint64_t)total - UC_BATCH_EXT_HEAD;
+    if (n > UINT32_MAX)
+        return -1;
+    h[0] = UC_BATCH_MARKER;
+    uc_wire_put_be(h + 1, n, 4);
+    h[5] = UC_EXT_COALESCED;
+    h[6] = UC_BATCH_VERSION;
+    return 0;
+}
+
+/* ------------------------------------------------------------- faults */
+
+/* What a receiver reports for a message the format refuses: a decode
+ * error's stable reason (docs/wire.md), with the byte offset where it
+ * broke.  They share one space with the msgpack reader's MP_ERR_* codes
+ * (small numbers) and the decoder's own (100..103), so each is apart. */
+enum {
+    /* A coalesced payload (csrc/split.c). */
+    UC_WIRE_ERR_BATCH_VERSION = 64,   /* "batch_version": a version byte other than 1 */
+    UC_WIRE_ERR_BATCH_LENGTH = 65,    /* "batch_length": the ext's length disagrees with the frame */
+    UC_WIRE_ERR_BATCH_OOB = 66,       /* "batch_oob": frames after a coalesced payload (not supported) */
+    /* Out-of-band references (the decoder, upcall/_codec_c.h). */
+    UC_WIRE_ERR_OOB_LENGTH = 110,     /* "oob_length": ext 126 whose data is not 16 bytes */
+    UC_WIRE_ERR_OOB_VERSION = 111,    /* "oob_version": ext 126 of another version */
+    UC_WIRE_ERR_OOB_FLAGS = 112,      /* "oob_flags": flags or reserved bytes this version does not know */
+    UC_WIRE_ERR_OOB_INDEX = 113,      /* "oob_index": naming no frame after the payload */
+    UC_WIRE_ERR_OOB_TWICE = 114,      /* "oob_twice": a frame referenced twice */
+    UC_WIRE_ERR_OOB_SIZE = 115,       /* "oob_size": a frame whose length is not the reference's size */
+    UC_WIRE_ERR_OOB_UNUSED = 116,     /* "oob_unused": a frame after the payload nothing references */
+    UC_WIRE_ERR_COALESCED = 117,      /* "coalesced": an ext 127 payload where one message was expected */
+    UC_WIRE_ERR_OOB_CODEC = 120,      /* "oob_codec": a compressed frame this build cannot decompress */
+    UC_WIRE_ERR_OOB_DECOMPRESS = 121, /* "oob_decompress": a frame that does not decompress to size */
+    UC_WIRE_ERR_MSG_SIZE = 122,       /* "message_size": the message would grow past its limit */
+};
+
+static inline int uc_oob_ref_unpack(const void *data, size_t len, uc_oob_ref *ref)
+{
+    const unsigned char *d = (const unsigned char *)data;
+    if (len != UC_OOB_REF_SIZE)
+        return UC_WIRE_ERR_OOB_LENGTH;
+    if (d[0] != UC_OOB_VERSION)
+        return UC_WIRE_ERR_OOB_VERSION;
+    if ((d[1] & ~UC_OOB_CODEC_MASK) || (d[1] & UC_OOB_CODEC_MASK) > UC_OOB_CODEC_LAST
+        || d[2] || d[3])
+        return UC_WIRE_ERR_OOB_FLAGS;
+    ref->version = d[0];
+    ref->flags = d[1];
+    ref->codec = d[1] & UC_OOB_CODEC_MASK;
+    ref->index = uc_wire_get_be(d + 4, 4);
+    ref->size = uc_wire_get_be(d + 8, 8);
+    return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
