@@ -1,5 +1,5 @@
-"""LZ4 compression of out-of-band frames (docs/wire.md, ext 126 flags bit 0)
-and subscribe(copy=True).
+"""LZ4 compression of out-of-band frames (docs/wire.md, ext 126 codec id 1)
+and subscribe(copy=True); zstd's own tests are tests/test_zstd.py.
 
 Real libzmq sockets, pyzmq and the lz4 package on the other end where the
 wire itself is checked; every wait is on a condition with a deadline."""
