@@ -29,6 +29,8 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
 all: build
 
 # --- system packages -------------------------------------------------------
+# The compression codecs' libraries (csrc/codec.h), pkg-config name:Debian package.
+CODEC_DEPS  := liblz4:liblz4-dev libzstd:libzstd-dev
 deps: .deps.stamp
 # Again when this file changes: a machine that ran it before gets what was added since.
 .deps.stamp: Makefile
@@ -39,20 +41,15 @@ deps: .deps.stamp
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
-	@if ! pkg-config --exists liblz4 2>/dev/null; then \
-	  echo "liblz4 not found by pkg-config: installing liblz4-dev with apt-get (compression)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq liblz4-dev >/dev/null; \
-	fi
-	@pkg-config --exists liblz4 || { echo "liblz4 still missing"; exit 1; }
-	@if ! pkg-config --exists libzstd 2>/dev/null; then \
-	  echo "libzstd not found by pkg-config: installing libzstd-dev with apt-get (compression)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzstd-dev >/dev/null; \
-	fi
-	@pkg-config --exists libzstd || { echo "libzstd still missing"; exit 1; }
+	@for c in $(CODEC_DEPS); do pc=$${c%%:*}; deb=$${c#*:}; \
+	  if ! pkg-config --exists $$pc 2>/dev/null; then \
+	    echo "$$pc not found by pkg-config: installing $$deb with apt-get (compression)"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb >/dev/null; \
+	  fi; \
+	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
+	done
 	@if ! command -v ip >/dev/null 2>&1; then \
 	  echo "ip not found: installing iproute2 with apt-get (tests/test_netns.py)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

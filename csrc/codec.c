@@ -3,6 +3,9 @@
 
 #include <string.h>
 
+/* The rows, one per codec_<name>.c, in the order upcall.COMPRESSION lists
+ * them. */
+extern const uc_codec uc_codec_lz4, uc_codec_zstd;
 static const uc_codec *const table[] = {
     &uc_codec_lz4,
     &uc_codec_zstd,

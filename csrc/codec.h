@@ -11,7 +11,7 @@
  * row, never through a codec's own names.
  *
  * Adding a codec: one file codec_<name>.c defining its row (a uc_codec with
- * available = 0 and no functions when its library is missing), one line in
+ * available = 0 and no functions when its library is missing), its name in
  * the table in codec.c, one line in the build's optional dependencies
  * (setup.py CODECS, csrc/Makefile CODEC_LIBS) and its wire id (wire.h,
  * UC_OOB_CODEC_*, and UC_OOB_CODEC_LAST raised to it).
@@ -59,10 +59,6 @@ const uc_codec *uc_codec_by_id(unsigned id);
 /* The table, in order: uc_codec_at(i) for i < uc_codec_count(). */
 size_t uc_codec_count(void);
 const uc_codec *uc_codec_at(size_t i);
-
-/* The rows, one per codec_<name>.c. */
-extern const uc_codec uc_codec_lz4;
-extern const uc_codec uc_codec_zstd;
 
 #ifdef __cplusplus
 }
