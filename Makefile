@@ -1,6 +1,6 @@
 # upcall: the two commands are `make test` and `make bench`.
-# Each one installs what it needs: libzmq and liblz4 headers (Debian libzmq3-dev,
-# liblz4-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian libzmq3-dev,
+# liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
 # test/bench extras.
 
@@ -20,7 +20,7 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_publisher_threads.py tests/test_publisher_interrupt.py tests/test_aio.py \
                 tests/test_endpoints.py tests/test_logging.py tests/test_thread_names.py \
                 tests/test_readiness.py tests/test_oob.py tests/test_decoder.py \
-                tests/test_compression.py tests/test_coalesce_rx.py tests/test_coalesce_tx.py \
+                tests/test_compression.py tests/test_zstd.py tests/test_coalesce_rx.py tests/test_coalesce_tx.py \
                 tests/test_coalesce_close.py tests/test_signals.py \
                 tests/test_many_topics.py
 
@@ -29,6 +29,8 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
 all: build
 
 # --- system packages -------------------------------------------------------
+# The compression codecs' libraries (csrc/codec.h), pkg-config name:Debian package.
+CODEC_DEPS  := liblz4:liblz4-dev libzstd:libzstd-dev
 deps: .deps.stamp
 # Again when this file changes: a machine that ran it before gets what was added since.
 .deps.stamp: Makefile
@@ -39,13 +41,15 @@ deps: .deps.stamp
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
-	@if ! pkg-config --exists liblz4 2>/dev/null; then \
-	  echo "liblz4 not found by pkg-config: installing liblz4-dev with apt-get (compression)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq liblz4-dev >/dev/null; \
-	fi
-	@pkg-config --exists liblz4 || { echo "liblz4 still missing"; exit 1; }
+	@for c in $(CODEC_DEPS); do pc=$${c%%:*}; deb=$${c#*:}; \
+	  if ! pkg-config --exists $$pc 2>/dev/null; then \
+	    echo "$$pc not found by pkg-config: installing $$deb with apt-get (compression)"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb >/dev/null; \
+	  fi; \
+	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
+	done
 	@if ! command -v ip >/dev/null 2>&1; then \
 	  echo "ip not found: installing iproute2 with apt-get (tests/test_netns.py)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -91,27 +91,38 @@ zmq_cflags = pkg_config("--cflags")
 zmq_libs = pkg_config("--libs")
 
 
-def lz4_flags():
-    """liblz4 for publisher(compression="lz4"), when pkg-config finds it;
-    without it the C core builds all the same and the option is refused
-    (UPCALL_NO_LZ4=1 builds without it on purpose: the tests of that case)."""
-    if os.environ.get("UPCALL_NO_LZ4"):
+# --- optional compression codecs (csrc/codec.h) ---------------------------
+# One line per codec: name, pkg-config package, the define its row is built
+# with, Debian's package.  A library pkg-config does not find leaves its row
+# out (publisher(compression=name) is refused); UPCALL_NO_<NAME>=1 leaves it
+# out on purpose (the tests of that case).
+CODECS = [
+    ("lz4", "liblz4", "UC_HAVE_LZ4", "liblz4-dev"),
+    ("zstd", "libzstd", "UC_HAVE_ZSTD", "libzstd-dev"),
+]
+
+
+def codec_flags(name, package, define, debian):
+    """The compile and link flags of one codec's library, or none."""
+    if os.environ.get("UPCALL_NO_" + name.upper()):
         return [], []
     try:
-        cflags = subprocess.run(["pkg-config", "--cflags", "liblz4"], check=True,
+        cflags = subprocess.run(["pkg-config", "--cflags", package], check=True,
                                 capture_output=True, text=True).stdout
-        libs = subprocess.run(["pkg-config", "--libs", "liblz4"], check=True,
+        libs = subprocess.run(["pkg-config", "--libs", package], check=True,
                               capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        print("upcall: liblz4 not found by pkg-config: building without compression "
-              "(Debian, Ubuntu: sudo apt-get install liblz4-dev)", file=sys.stderr)
+        print(f"upcall: {package} not found by pkg-config: building without "
+              f"compression={name!r} (Debian, Ubuntu: sudo apt-get install {debian})",
+              file=sys.stderr)
         return [], []
-    return ["-DUC_HAVE_LZ4", *shlex.split(cflags)], shlex.split(libs)
+    return ["-D" + define, *shlex.split(cflags)], shlex.split(libs)
 
 
-lz4_cflags, lz4_libs = lz4_flags()
-zmq_cflags += lz4_cflags
-zmq_libs += lz4_libs
+for _codec in CODECS:
+    _cflags, _libs = codec_flags(*_codec)
+    zmq_cflags += _cflags
+    zmq_libs += _libs
 
 
 def extension(name, pyx, csources, zmq):

@@ -1,13 +1,14 @@
-"""Compression rows of the --large section: where lz4 has something to win.
+"""Compression rows of the --large section: where each codec (lz4, zstd) has
+something to win.
 
 For each payload size, link and kind of data, in one interleaved run:
 
 * ``upcall raw``: out of band, opted in to explicitly: a publisher with
   ``oob_threshold=upcall.DEFAULT_OOB_THRESHOLD`` and ``send(...,
   copy=False)``, the payload a frame of its own (ext 126), zero-copy;
-* ``upcall lz4``: the same with ``compression="lz4"`` (a frame that does not
-  shrink enough goes raw, zero-copy; the subscriber decompresses into one
-  allocation).
+* ``upcall lz4``, ``upcall zstd``: the same with ``compression="lz4"`` or
+  ``compression="zstd"`` (a frame that does not shrink enough goes raw,
+  zero-copy; the subscriber decompresses into one allocation).
 
 Links: ``loopback`` (tcp 127.0.0.1, where bandwidth is memory bandwidth and
 compression can only cost) and ``1gbit``: tcp between two network
@@ -19,7 +20,7 @@ Data (made in the publisher process, the same bytes every time):
 
 * ``compressible``: a sparse float64 array, 90% zeros and 10% values drawn
   from a normal distribution (a sensor or feature array where most entries
-  are empty): lz4 takes it to about 0.14 of its size;
+  are empty): lz4 takes it to about 0.14 of its size, zstd (level 1) further;
 * ``random``: ``os.urandom``: incompressible, so the publisher must send it
   raw after sampling it, at no more than a sample's cost.
 
@@ -44,7 +45,11 @@ import time
 from bench.measure import interleave, summarize, wait_for_idle
 from bench import netns, report
 
-IMPLS = ["upcall raw", "upcall lz4"]
+#: The codecs with rows of their own: every codec of the C core's table
+#: (csrc/codec.h), in this build or not (those it lacks are rows marked n/a).
+from upcall._bus import _CODECS  # noqa: E402
+CODECS = list(_CODECS)
+IMPLS = ["upcall raw"] + [f"upcall {c}" for c in CODECS]
 LINKS = ["loopback", "1gbit"]
 DATA = ["compressible", "random"]
 MB = 1_000_000
@@ -65,14 +70,14 @@ def make_data(kind: str, size: int) -> bytes:
     return a.tobytes()[:size]
 
 
-def lz4_unavailable() -> str | None:
-    """Why this build cannot publish with compression="lz4", or None."""
+def unavailable(codec: str) -> str | None:
+    """Why this build cannot publish with compression=codec, or None."""
     import upcall
     with upcall.Bus() as bus:
         try:
-            bus.publisher(f"inproc://upcall-bench-lz4-{os.getpid()}", kind="push", bind=True,
-                          compression="lz4").close()
-        except (ValueError, RuntimeError) as exc:     # built without liblz4
+            bus.publisher(f"inproc://upcall-bench-{codec}-{os.getpid()}", kind="push",
+                          bind=True, compression=codec).close()
+        except (ValueError, RuntimeError) as exc:
             return f"n/a: {exc}"
     return None
 
@@ -91,7 +96,7 @@ def pub_main(argv) -> int:
     payload = make_data(o.data, o.size)
     # Both rows out of band and zero-copy, asked for by name (payload is
     # bytes, never changed): only compression differs.
-    kw = {"compression": "lz4"} if o.impl == "upcall lz4" else {}
+    kw = {"compression": o.impl.split()[1]} if o.impl != "upcall raw" else {}
     with upcall.Bus() as bus:
         pub = bus.publisher(o.endpoint, kind="push", bind=False,
                             oob_threshold=upcall.DEFAULT_OOB_THRESHOLD, **kw)
@@ -160,17 +165,19 @@ def _row(impl: str, link: str, size: int, data: str, count: int,
 def run(sizes: list[int], count_for, repeats: int, quick: bool) -> list[dict]:
     """The compression rows for these payload sizes (count_for(size): timed
     messages per row)."""
-    print("\n## Compression: upcall raw vs compression=\"lz4\", publisher and subscriber "
-          "in processes of their own, one message in flight")
-    why = lz4_unavailable()
-    if why:
-        print(f"   every lz4 row: {why}")
+    print("\n## Compression: upcall raw vs compression=" + " and ".join(
+          f'"{c}"' for c in CODECS) + ", publisher and subscriber in processes of their own, "
+          "one message in flight")
+    whys = {f"upcall {c}": unavailable(c) for c in CODECS}
+    for impl, why in whys.items():
+        if why:
+            print(f"   every {impl.split()[1]} row: {why}")
     links = list(LINKS)
     no_link = netns.unavailable()
     if no_link:
         print(f"   skipped the 1gbit link: {no_link}")
         links.remove("1gbit")
-    impls = [i for i in IMPLS if not (why and i == "upcall lz4")]
+    impls = [i for i in IMPLS if not whys.get(i)]
     variants = [(s, lk, d, i) for s in sizes for lk in links for d in DATA for i in impls]
     results: dict[tuple, list] = {}
     shaped = netns.RateLimitedLink("1gbit") if "1gbit" in links else None
@@ -195,6 +202,7 @@ def run(sizes: list[int], count_for, repeats: int, quick: bool) -> list[dict]:
                 for impl in IMPLS:
                     rs = results.get((size, link, data, impl))
                     if not rs:
+                        why = whys.get(impl)
                         print(f"{size / MB:>5.0f}MB {link:<8} {data:<12} {impl:<14} {why}")
                         records.append({"part": "compression", "size": size, "link": link,
                                         "data": data, "impl": impl, "na": why})
@@ -212,8 +220,10 @@ def run(sizes: list[int], count_for, repeats: int, quick: bool) -> list[dict]:
                           f"{size / s.median * 1e3:>8.2f} {rec['x_raw']:>6.2f} {rec['lost']:>4} "
                           f"{rec['rss_over_payload']:>11.2f}")
     for r in records:
-        if r["impl"] == "upcall lz4" and r["link"] == "1gbit" and "x_raw" in r:
+        if r["impl"] != "upcall raw" and r["link"] == "1gbit" and "x_raw" in r:
             want = 2.0 if r["data"] == "compressible" else 0.95
-            print(report.target_line(f"{r['size'] / MB:.0f}MB over 1gbit, {r['data']}: lz4 / raw",
-                                     r["x_raw"], ">=", want))
+            codec = r["impl"].split()[1]
+            print(report.target_line(
+                f"{r['size'] / MB:.0f}MB over 1gbit, {r['data']}: {codec} / raw",
+                r["x_raw"], ">=", want))
     return records

@@ -29,7 +29,7 @@ delivering one payload costs.
 
 ``--huge`` adds 1000 MB payloads when the machine has about MEMORY_FACTOR
 (6) times that available, and otherwise prints why it skipped them.  The
-compression rows (lz4 against raw, compressible and random data, over
+compression rows (lz4 and zstd against raw, compressible and random data, over
 loopback and over a 1 Gbit/s link between two network namespaces) follow
 in a table of their own: :mod:`bench.compression`.
 
@@ -69,7 +69,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--large-threshold", action="store_true",
                    help="only the threshold sweep: inline vs out of band for 1 KB-1 MB values")
     g.add_argument("--large-compression", choices=["yes", "no", "only"], default="yes",
-                   help="the compression rows (lz4 vs raw over loopback and a 1 Gbit/s link "
+                   help="the compression rows (lz4 and zstd vs raw over loopback and a 1 Gbit/s link "
                         "between two network namespaces): with the rest (default), no, or only")
 
 
@@ -120,7 +120,7 @@ class _Times:
         return {"rate": rate, "received": len(t), "size": size}
 
 
-# The payloads here (up to 1000 MB, lz4-compressed in the compression rows)
+# The payloads here (up to 1000 MB, compressed in the compression rows)
 # are over what a subscription decompresses by default
 # (upcall.DEFAULT_MAX_DECOMPRESSED): a subscriber expecting them says so.
 MAX_MESSAGE_SIZE = 1 << 31

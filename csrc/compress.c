@@ -1,4 +1,4 @@
-/* LZ4 compression of out-of-band frames (compress.h says who may call what,
+/* Compression of out-of-band frames (compress.h says who may call what,
  * PERF.md "Large payloads" why these constants).
  *
  * The decision is made on samples because compressing a large frame that
@@ -16,24 +16,11 @@
 
 #include "bus.h"
 
-#ifdef UC_HAVE_LZ4
-#include <lz4.h>
-#endif
-
 struct uc_cbuf {
     atomic_size_t refs;
     size_t size;          /* compressed bytes in data */
     char data[];
 };
-
-int uc_lz4_available(void)
-{
-#ifdef UC_HAVE_LZ4
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 const void *uc_cbuf_data(const uc_cbuf *b) { return b->data; }
 size_t uc_cbuf_size(const uc_cbuf *b) { return b->size; }
@@ -58,80 +45,66 @@ void uc_cbuf_zmq_free(void *data, void *hint)
 /* Did `out` bytes out of `in` shrink enough to be worth it? */
 static int shrank(size_t out, size_t in)
 {
-    return (uint64_t)out * 100u <= (uint64_t)in * UC_LZ4_MAX_RATIO_PCT;
+    return (uint64_t)out * 100u <= (uint64_t)in * UC_COMPRESS_MAX_RATIO_PCT;
 }
 
-#ifdef UC_HAVE_LZ4
+/* The samples' output goes on the stack (no allocation to decide): room for
+ * a sample's bound with any codec of the table (a codec whose bound needs
+ * more is never sampled, so never used: test_compress checks every row). */
+#define SAMPLE_OUT (UC_COMPRESS_SAMPLE + UC_COMPRESS_SAMPLE / 8 + 1024)
 
-int uc_lz4_worth_it(const void *src, size_t n)
+int uc_codec_worth_it(const uc_codec *c, const void *src, size_t n)
 {
-    if (n < UC_LZ4_MIN_FRAME || n > UC_LZ4_MAX_INPUT)
+    if (!c || !c->available || n < UC_COMPRESS_MIN_FRAME || n > c->max_input)
         return 0;
-    /* On the stack: 10 kB of samples' output, no allocation to decide. */
-    char out[LZ4_COMPRESSBOUND(UC_LZ4_SAMPLE)];
-    size_t k = n / UC_LZ4_SAMPLE < UC_LZ4_SAMPLES ? n / UC_LZ4_SAMPLE : UC_LZ4_SAMPLES;
+    char out[SAMPLE_OUT];
+    size_t cap = c->bound(UC_COMPRESS_SAMPLE);
+    if (cap == 0 || cap > sizeof out)
+        return 0;
+    size_t k = n / UC_COMPRESS_SAMPLE < UC_COMPRESS_SAMPLES ? n / UC_COMPRESS_SAMPLE
+                                                            : UC_COMPRESS_SAMPLES;
     size_t in_total = 0, out_total = 0;
     for (size_t i = 0; i < k; i++) {
-        size_t off = k > 1 ? i * (n - UC_LZ4_SAMPLE) / (k - 1) : 0;
-        int c = LZ4_compress_default((const char *)src + off, out, UC_LZ4_SAMPLE, (int)sizeof out);
-        if (c <= 0)
+        size_t off = k > 1 ? i * (n - UC_COMPRESS_SAMPLE) / (k - 1) : 0;
+        size_t got = c->compress((const char *)src + off, UC_COMPRESS_SAMPLE, out, cap);
+        if (got == 0)
             return 0;
-        in_total += UC_LZ4_SAMPLE;
-        out_total += (size_t)c;
+        in_total += UC_COMPRESS_SAMPLE;
+        out_total += got;
     }
     return shrank(out_total, in_total);
 }
 
-uc_cbuf *uc_lz4_frame(const void *src, size_t n)
+uc_cbuf *uc_codec_frame(const uc_codec *c, const void *src, size_t n)
 {
-    if (!uc_lz4_worth_it(src, n))
+    if (!uc_codec_worth_it(c, src, n))
         return NULL;
-    int bound = LZ4_compressBound((int)n);
-    uc_cbuf *b = malloc(sizeof *b + (size_t)bound);
+    size_t bound = c->bound(n);
+    if (bound == 0 || bound > SIZE_MAX - sizeof(uc_cbuf))
+        return NULL;
+    uc_cbuf *b = malloc(sizeof *b + bound);
     if (!b)
         return NULL;      /* sent raw: compression is an optimisation */
-    int c = LZ4_compress_default(src, b->data, (int)n, bound);
-    if (c <= 0 || !shrank((size_t)c, n)) {
+    size_t got = c->compress(src, n, b->data, bound);
+    if (got == 0 || !shrank(got, n)) {
         free(b);
         return NULL;
     }
-    b->size = (size_t)c;
+    b->size = got;
     atomic_init(&b->refs, 1);
     return b;
 }
 
-int uc_lz4_decompress(const void *src, size_t n, void *dst, size_t size)
+int uc_codec_refuses(const uc_codec *c, const void *src, size_t n, uint64_t size)
 {
-    if (n > UC_LZ4_MAX_INPUT || n == 0 || size > UC_LZ4_MAX_INPUT)
+    if (!c || !c->available)
+        return 1;
+    return size > c->max_input || size > c->max_decompressed(src, n);
+}
+
+int uc_codec_decompress(const uc_codec *c, const void *src, size_t n, void *dst, size_t size)
+{
+    if (!c || !c->available)
         return UC_ERR_ARG;
-    int d = LZ4_decompress_safe(src, dst, (int)n, (int)size);
-    return d >= 0 && (size_t)d == size ? UC_OK : UC_ERR_ARG;
+    return c->decompress(src, n, dst, size);
 }
-
-#else /* no liblz4: every frame goes raw, every compressed frame is refused */
-
-int uc_lz4_worth_it(const void *src, size_t n)
-{
-    (void)src;
-    (void)n;
-    (void)shrank;
-    return 0;
-}
-
-uc_cbuf *uc_lz4_frame(const void *src, size_t n)
-{
-    (void)src;
-    (void)n;
-    return NULL;
-}
-
-int uc_lz4_decompress(const void *src, size_t n, void *dst, size_t size)
-{
-    (void)src;
-    (void)n;
-    (void)dst;
-    (void)size;
-    return UC_ERR_ARG;
-}
-
-#endif

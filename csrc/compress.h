@@ -1,7 +1,8 @@
-/* LZ4 compression of out-of-band frames (docs/wire.md, ext 126 flags bit 0),
- * only where it pays.  No Python in here.
+/* Compression of out-of-band frames (docs/wire.md, ext 126 flags: the codec
+ * id), only where it pays, with any codec of the table (codec.h).  No Python
+ * in here.
  *
- * Sending: uc_lz4_frame decides from a few samples whether a frame is worth
+ * Sending: uc_codec_frame decides from a few samples whether a frame is worth
  * compressing, compresses it into one buffer of its own (uc_cbuf) and gives
  * up when the result did not shrink enough: the frame then goes raw.  The
  * buffer is reference-counted like a uc_release: the caller's reference,
@@ -9,11 +10,13 @@
  * libzmq's free function on whichever thread drops the frame.  So the
  * sender's own memory is free as soon as compression is done.
  *
- * Receiving: uc_lz4_decompress into memory the caller allocated, checked to
- * decompress to exactly the size the reference announced.
+ * Receiving: the codec's row (codec.h) decompresses into memory the caller
+ * allocated, checked to decompress to exactly the size the reference
+ * announced, after uc_codec_refuses said the size is one the frame can
+ * reach.
  *
- * Built without liblz4 (no UC_HAVE_LZ4): uc_lz4_available() is 0,
- * uc_lz4_frame always says "raw" and uc_lz4_decompress refuses.
+ * A codec this build does not have (available 0): uc_codec_frame always says
+ * "raw" and uc_codec_refuses refuses every frame.
  */
 #ifndef UPCALL_COMPRESS_H
 #define UPCALL_COMPRESS_H
@@ -21,35 +24,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Frames under this many bytes are never compressed: a 10 kB frame costs
  * little to send raw, and the samples below need that much to say anything. */
-#define UC_LZ4_MIN_FRAME 10240
+#define UC_COMPRESS_MIN_FRAME 10240
 /* The sample size, and how many samples are taken across a frame. */
-#define UC_LZ4_SAMPLE 10240
-#define UC_LZ4_SAMPLES 4
+#define UC_COMPRESS_SAMPLE 10240
+#define UC_COMPRESS_SAMPLES 4
 /* Compressed only when the samples shrink to this fraction (percent) or less,
  * and sent compressed only when the whole frame did too (PERF.md). */
-#define UC_LZ4_MAX_RATIO_PCT 90
-/* LZ4's block limit (LZ4_MAX_INPUT_SIZE, ~2 GB): larger frames go raw. */
-#define UC_LZ4_MAX_INPUT 0x7E000000u
-
-/* 1 if this build has liblz4. */
-int uc_lz4_available(void);
+#define UC_COMPRESS_MAX_RATIO_PCT 90
 
 typedef struct uc_cbuf uc_cbuf;
 
-/* The frame src[0..n) compressed, if that pays: a new buffer with one
- * reference (the caller's); NULL: send it raw (too small, too large,
- * incompressible, no liblz4, out of memory).  Any thread, no lock. */
-uc_cbuf *uc_lz4_frame(const void *src, size_t n);
+/* The frame src[0..n) compressed with codec c, if that pays: a new buffer
+ * with one reference (the caller's); NULL: send it raw (too small, over the
+ * codec's max_input, incompressible, codec not in this build, out of
+ * memory).  Any thread, no lock. */
+uc_cbuf *uc_codec_frame(const uc_codec *c, const void *src, size_t n);
 
 /* The decision alone (1: compress), from the samples: for tests and
  * measurement. */
-int uc_lz4_worth_it(const void *src, size_t n);
+int uc_codec_worth_it(const uc_codec *c, const void *src, size_t n);
+
+/* Whether a reference announcing `size` bytes for the compressed frame
+ * src[0..n) is refused before anything is allocated for it (1): the codec is
+ * not in this build, or size is over the codec's max_input or over what the
+ * frame can decompress to (the codec's max_decompressed: the decompression
+ * bomb's first line).  0: go on (allocate size bytes and decompress, which
+ * checks the rest: uc_codec_decompress never writes past size). */
+int uc_codec_refuses(const uc_codec *c, const void *src, size_t n, uint64_t size);
 
 const void *uc_cbuf_data(const uc_cbuf *b);
 size_t uc_cbuf_size(const uc_cbuf *b);
@@ -61,20 +70,11 @@ void uc_cbuf_put(uc_cbuf *b);
 /* libzmq's zmq_free_fn for a frame over b (hint is b). */
 void uc_cbuf_zmq_free(void *data, void *hint);
 
-/* Decompress the LZ4 block src[0..n) into dst[0..size): UC_OK when it
- * decompresses to exactly size bytes; UC_ERR_ARG when the block is corrupt,
- * decompresses to another length, or either length is over LZ4's limit
- * (a build without liblz4 refuses every block the same way:
- * uc_lz4_available tells the two apart).  Any thread. */
-int uc_lz4_decompress(const void *src, size_t n, void *dst, size_t size);
-
-/* The largest size a block of n bytes can decompress to: LZ4 stores at most
- * 255 bytes of a match or literal run per byte (plus a few per sequence), so
- * a reference announcing more is refused before anything is allocated. */
-static inline uint64_t uc_lz4_max_decompressed(size_t n)
-{
-    return (uint64_t)n * 255u + 64u;
-}
+/* Decompress src[0..n) with codec c into dst[0..size): UC_OK when it
+ * decompresses to exactly size bytes; UC_ERR_ARG when it is corrupt,
+ * decompresses to another length, or the codec is not in this build.
+ * Never writes past dst + size.  Any thread. */
+int uc_codec_decompress(const uc_codec *c, const void *src, size_t n, void *dst, size_t size);
 
 #ifdef __cplusplus
 }

@@ -84,7 +84,7 @@ static inline int uc_wire_ext_marker(unsigned char b)
 /* The highest codec id this version reads: a higher one is refused as
  * unknown flags (oob_flags), as any other unknown bit; a known codec this
  * build lacks the library for is oob_codec.  The codec table raises it. */
-#define UC_OOB_CODEC_LAST UC_OOB_CODEC_LZ4
+#define UC_OOB_CODEC_LAST UC_OOB_CODEC_ZSTD
 
 /* A reference as read from the wire. */
 typedef struct uc_oob_ref {

@@ -9,7 +9,7 @@ Properties, for every input:
 
 * the message reaches either the target (as what unpackb makes of the
   payload, its out-of-band references (ext 126) replaced by the frames they
-  name, decompressed for an lz4 one, with its topic) or on_error with an upcall.DecodeError whose .topic
+  name, decompressed for an lz4 or zstd one, with its topic) or on_error with an upcall.DecodeError whose .topic
   is the message's topic, .offset lies within the payload (or is None for a
   frame-count error) and .reason is set; never both, never neither;
 * a coalesced payload (ext 127, docs/wire.md) instead reaches the target
@@ -26,6 +26,7 @@ import tempfile
 
 import atheris
 import lz4.block
+import zstandard
 
 with atheris.instrument_imports():
     import upcall
@@ -68,11 +69,14 @@ def frames_of(raw):
 def resolved(obj, frames):
     """unpackb's result with each out-of-band reference replaced by its frame
     (a delivered message had only valid ones), decompressed when its flags
-    say lz4 (bit 0)."""
+    name a codec (1 lz4, 2 zstd: docs/wire.md)."""
     if isinstance(obj, upcall.ExtType) and obj.code == 126:
         frame = frames[int.from_bytes(obj.data[4:8], "big")]
-        if obj.data[1] & 1:
-            return lz4.block.decompress(frame, uncompressed_size=int.from_bytes(obj.data[8:16], "big"))
+        size = int.from_bytes(obj.data[8:16], "big")
+        if obj.data[1] == 1:
+            return lz4.block.decompress(frame, uncompressed_size=size)
+        if obj.data[1] == 2:
+            return zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
         return frame
     if isinstance(obj, list):
         return [resolved(x, frames) for x in obj]

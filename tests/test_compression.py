@@ -1,5 +1,5 @@
-"""LZ4 compression of out-of-band frames (docs/wire.md, ext 126 flags bit 0)
-and subscribe(copy=True).
+"""LZ4 compression of out-of-band frames (docs/wire.md, ext 126 codec id 1)
+and subscribe(copy=True); zstd's own tests are tests/test_zstd.py.
 
 Real libzmq sockets, pyzmq and the lz4 package on the other end where the
 wire itself is checked; every wait is on a condition with a deadline."""
@@ -345,8 +345,9 @@ MALFORMED = [
     ("truncated_block", [b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK[:-10]],
      "oob_decompress"),
     ("empty_frame", [b"t", msgpack.packb([_ref(2, 10, flags=1)]), b""], "oob_decompress"),
-    ("bad_flags", [b"t", msgpack.packb([_ref(2, 4, flags=2)]), b"abcd"], "oob_flags"),
-    ("lz4_and_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=3)]), b"abcd"], "oob_flags"),
+    # A bit outside the codec field, and a codec id past the last one known.
+    ("bad_flags", [b"t", msgpack.packb([_ref(2, 4, flags=0x10)]), b"abcd"], "oob_flags"),
+    ("unknown_codec", [b"t", msgpack.packb([_ref(2, 4, flags=3)]), b"abcd"], "oob_flags"),
     ("missing_frame", [b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)])], "oob_index"),
     ("bad_index", [b"t", msgpack.packb([_ref(5, len(TEXT), flags=1)]), _BLOCK], "oob_index"),
 ]
@@ -538,13 +539,17 @@ def test_decoder_max_len_applies_to_decompressed_values(zctx, endpoints, copy):
 
 def test_arguments_are_checked(endpoints):
     with upcall.Bus() as bus:
-        with pytest.raises(ValueError, match="compression must be None or 'lz4'"):
-            bus.publisher(endpoints("inproc"), compression="zstd")
-        with pytest.raises(TypeError, match="compression must be None or 'lz4', not int"):
+        for bad in ("gzip", "LZ4", "lz4\0", "", "zst\u00e9"):
+            with pytest.raises(ValueError, match=r"compression must be None or a codec name "
+                                                 r"\('lz4' or 'zstd'\), not "):
+                bus.publisher(endpoints("inproc"), compression=bad)
+        with pytest.raises(TypeError, match=r"compression must be None or a codec name "
+                                            r"\('lz4' or 'zstd'\), not int"):
             bus.publisher(endpoints("inproc"), compression=1)
         with pytest.raises(TypeError, match="copy must be True or False, not str"):
             bus.subscribe(endpoints("inproc"), print, copy="yes")
-    assert upcall.COMPRESSION == ("lz4",)
+    # This build has both libraries (make deps installs them).
+    assert upcall.COMPRESSION == ("lz4", "zstd")
 
 
 # ---- the garbage collector, seen from other threads --------------------------

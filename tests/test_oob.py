@@ -379,7 +379,7 @@ MALFORMED = [
     ("unreferenced", [b"t", msgpack.packb([_ref(2, 4)]), b"abcd", b"more"], "oob_unused"),
     ("no_reference", [b"t", msgpack.packb(1), b"abcd"], "oob_unused"),
     ("version", [b"t", msgpack.packb([_ref(2, 4, version=2)]), b"abcd"], "oob_version"),
-    ("flags_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=2)]), b"abcd"], "oob_flags"),
+    ("flags_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=0x20)]), b"abcd"], "oob_flags"),
     ("short_ref", [b"t", msgpack.packb([msgpack.ExtType(126, b"\x01" * 8)]), b"abcd"], "oob_length"),
     # coalesced payloads (ext 127) are split (tests/test_coalesce_rx.py), but
     # not with frames after them, and one level only

@@ -215,7 +215,7 @@ class PublisherKwargs(TypedDict, total=False):
     encoder: Callable[[Any], bytes | bytearray | memoryview] | None
     socket_options: Mapping[str, int] | None
     oob_threshold: int | None
-    compression: Literal["lz4"] | None
+    compression: str | None
     coalesce: bool
     max_delay: float | None
     max_batch: int

@@ -4,7 +4,7 @@ callables on native or Python-made threads, and publishers.
 
 One extension module built from one .pxi per concept, included in this order:
   _slices.pxi       waiting in slices: blocking calls let signals (Ctrl-C) in
-  _oob.pxi          out-of-band frames: zero-copy sends and views, lz4 compression, copy=True
+  _oob.pxi          out-of-band frames: zero-copy sends and views, compression, copy=True
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
@@ -753,16 +753,18 @@ A zmq context and every subscription and publisher opened on it.
         (docs/wire.md, ext 126), which an upcall subscriber reads and a
         plain msgpack reader sees as an ``ExtType(126)``; with
         ``send(..., copy=False)`` they go without a copy.
-        ``compression``: None (default) or ``"lz4"``: out-of-band frames of
-        10 kB or more are LZ4-compressed when samples of them compress well,
-        and sent raw otherwise (docs/wire.md); the receiver decompresses.
-        Only out-of-band frames are compressed, so ``compression="lz4"``
+        ``compression``: None (default) or a codec's name, ``"lz4"`` or
+        ``"zstd"`` (``upcall.COMPRESSION``: those of this build): out-of-band
+        frames of 10 kB or more are compressed when samples of them compress
+        well, and sent raw otherwise (docs/wire.md); the receiver
+        decompresses.  Only out-of-band frames are compressed, so ``compression=``
         turns them on: at ``DEFAULT_OOB_THRESHOLD`` when ``oob_threshold``
         is None.  A compressed frame is libzmq's own copy: its value may
         change as soon as ``send`` returns (with ``copy=False`` the
         returned ``Sent`` then waits only for the values sent raw).
-        ValueError when this upcall was built without liblz4
-        (``upcall.COMPRESSION`` is then empty).
+        ValueError for a name no codec has, and for a codec this upcall was
+        built without (liblz4, libzstd; ``upcall.COMPRESSION`` lists the
+        others).
 
         ``coalesce=True``: :meth:`Publisher.send` appends each message to a
         pending batch of its topic, and a batch travels as one zmq message
@@ -807,8 +809,8 @@ A zmq context and every subscription and publisher opened on it.
         pub._encoder = Encoder(default=opts.default)
         pub._encode = opts.encoder
         pub._oob_threshold = _oob_threshold_arg(opts.oob_threshold)
-        pub._compress = _compression_arg(opts.compression)
-        if pub._compress and opts.oob_threshold is None:
+        pub._codec = _compression_arg(opts.compression)
+        if pub._codec != NULL and opts.oob_threshold is None:
             # Compression applies to out-of-band frames only: asking for it
             # asks for them.
             pub._oob_threshold = DEFAULT_OOB_THRESHOLD

@@ -150,11 +150,11 @@ cdef dict _EXTRA_REASONS = {
     UCD_ERR_OOB_TWICE: ("oob_twice", "two out-of-band references name the same frame"),
     UCD_ERR_OOB_SIZE: ("oob_size", "an out-of-band frame's length is not the reference's size"),
     UCD_ERR_OOB_UNUSED: ("oob_unused", "a frame after the payload that no out-of-band reference names"),
-    UCD_ERR_OOB_CODEC: ("oob_codec", "an lz4-compressed out-of-band frame, and this upcall was "
-                        "built without liblz4"),
+    UCD_ERR_OOB_CODEC: ("oob_codec", "a compressed out-of-band frame whose codec this upcall "
+                        "was built without, or knows no codec of (upcall.COMPRESSION)"),
     UCD_ERR_MSG_SIZE: ("message_size", "the message would exceed its size limit once its "
                        "out-of-band frames are decompressed"),
-    UCD_ERR_OOB_DECOMPRESS: ("oob_decompress", "an lz4-compressed out-of-band frame that does not "
+    UCD_ERR_OOB_DECOMPRESS: ("oob_decompress", "a compressed out-of-band frame that does not "
                              "decompress to the reference's size"),
     UCD_ERR_COALESCED: ("coalesced", "a coalesced payload (ext 127) where one message was expected "
                                      "(inside a coalesced payload: one level only; or from a source that does not split)"),

@@ -16,11 +16,13 @@
 # Receive: the decoder resolves a reference into a read-only memoryview over
 # a _HeldFrame, which holds the zmq message itself (uc_sub_hold) until the
 # last view of it is gone; freeing it is safe on any thread at any time.
-# An LZ4-compressed frame (codec UC_OOB_CODEC_LZ4) is decompressed into one allocation
-# (_Inflated), viewed the same way; subscribe(copy=True) gives bytes instead.
+# A compressed frame (a codec id in the flags) is decompressed into one
+# allocation (_Inflated), viewed the same way; subscribe(copy=True) gives
+# bytes instead.
 #
-# Compression (publisher(compression="lz4"), csrc/compress.h): each frame of
-# UC_LZ4_MIN_FRAME bytes or more is sampled and compressed when that pays,
+# Compression (publisher(compression="lz4" or any codec of csrc/codec.h's
+# table), csrc/compress.h): each frame of UC_COMPRESS_MIN_FRAME bytes or
+# more is sampled and compressed when that pays,
 # without the GIL, into a buffer libzmq owns: the sender's own buffer is free
 # as soon as compression is done.
 
@@ -38,9 +40,13 @@ from upcall.includes.compress cimport *
 # decompressed are the wire format's (csrc/wire.h).
 from upcall.includes.wire cimport *
 
-#: The codecs ``publisher(compression=...)`` takes in this build: ("lz4",)
-#: when upcall was built with liblz4, else ().
-COMPRESSION = ("lz4",) if uc_lz4_available() else ()
+#: The codecs ``publisher(compression=...)`` takes in this build, in the
+#: order of the C core's table (csrc/codec.h): ("lz4", "zstd") when upcall
+#: was built with liblz4 and libzstd, () with neither.
+COMPRESSION = tuple(uc_codec_at(_i).name.decode() for _i in range(uc_codec_count())
+                    if uc_codec_at(_i).available)
+# Every codec of the table, available or not (error messages).
+_CODECS = tuple(uc_codec_at(_i).name.decode() for _i in range(uc_codec_count()))
 
 #: The threshold to opt in with, ``publisher(oob_threshold=DEFAULT_OOB_THRESHOLD)``
 #: (and the one ``compression=`` uses): values of this many bytes or more go
@@ -251,21 +257,23 @@ cdef int _oob_explain(object exc, const _oob_ctx *c) except -1:
     return 0
 
 
-cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *err):
-    """The i-th frame decompressed: a memoryview over one allocation, or
-    bytes (copy); with *err set (and None) when it cannot be: this build has
-    no liblz4, or the frame is not an LZ4 block of exactly size bytes (a
-    size LZ4 cannot reach from the frame's length is refused before
-    anything is allocated, and so is one past the message's size limit,
-    _oob_take)."""
+cdef object _oob_inflated(_oob_ctx *c, size_t i, unsigned codec_id, uint64_t size, bint copy,
+                          int *err):
+    """The i-th frame decompressed with the codec of codec_id: a memoryview
+    over one allocation, or bytes (copy); with *err set (and None) when it
+    cannot be: no codec of this build has that id, or the frame does not
+    decompress to exactly size bytes (a size the codec cannot reach from the
+    frame is refused before anything is allocated, uc_codec_refuses, and so
+    is one past the message's size limit, _oob_take)."""
     cdef const uc_frame *f = &c.m.extra[i]
+    cdef const uc_codec *codec = uc_codec_by_id(codec_id)
     cdef _Inflated v
     cdef char *dst
     cdef int rc
-    if not uc_lz4_available():
+    if codec == NULL or not codec.available:
         err[0] = UC_WIRE_ERR_OOB_CODEC
         return None
-    if size > UC_LZ4_MAX_INPUT or size > uc_lz4_max_decompressed(f.size):
+    if uc_codec_refuses(codec, f.data, f.size, size):
         err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
     if not _oob_take(c, size, err):
@@ -281,7 +289,7 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, uint64_t size, bint copy, int *
         v.size = <Py_ssize_t>size
         dst = v.data
     with nogil:
-        rc = uc_lz4_decompress(f.data, f.size, dst, <size_t>size)
+        rc = uc_codec_decompress(codec, f.data, f.size, dst, <size_t>size)
     if rc != UC_OK:
         err[0] = UC_WIRE_ERR_OOB_DECOMPRESS
         return None
@@ -299,7 +307,7 @@ cdef object _oob_value(void *ctx, size_t i, int codec, uint64_t size, int *err):
     cdef _HeldFrame f
     cdef int rc
     if codec != UC_OOB_CODEC_NONE:
-        return _oob_inflated(c, i, size, False, err)
+        return _oob_inflated(c, i, codec, size, False, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
     rc = uc_sub_hold(uc_sub_current(), &m.extra[i], &h)
@@ -317,25 +325,32 @@ cdef object _oob_bytes(void *ctx, size_t i, int codec, uint64_t size, int *err):
     cdef _oob_ctx *c = <_oob_ctx *>ctx
     cdef const uc_msg *m = c.m
     if codec != UC_OOB_CODEC_NONE:
-        return _oob_inflated(c, i, size, True, err)
+        return _oob_inflated(c, i, codec, size, True, err)
     if c.whole and not _oob_take(c, m.extra[i].size, err):
         return None
     return PyBytes_FromStringAndSize(m.extra[i].data, <Py_ssize_t>m.extra[i].size)
 
 
-cdef int _compression_arg(object value) except -1:
-    """publisher(compression=...): 1 for "lz4", 0 for None."""
+cdef const uc_codec *_compression_arg(object value) except? NULL:
+    """publisher(compression=...): the codec's row for its name, NULL for None."""
+    cdef const uc_codec *codec
+    names = " or ".join(repr(n) for n in _CODECS)
     if value is None:
-        return 0
+        return NULL
     if not isinstance(value, str):
-        raise TypeError(f"compression must be None or 'lz4', not {type(value).__name__}")
-    if value != "lz4":
-        raise ValueError(f"compression must be None or 'lz4', not {value!r}")
-    if not uc_lz4_available():
-        raise ValueError("compression='lz4' needs liblz4; this upcall was built without it "
-                         "(install liblz4's development files, e.g. Debian's liblz4-dev, and "
-                         "rebuild; upcall.COMPRESSION lists what this build has)")
-    return 1
+        raise TypeError(f"compression must be None or a codec name ({names}), "
+                        f"not {type(value).__name__}")
+    codec = uc_codec_by_name(value.encode()) if value.isascii() and "\0" not in value else NULL
+    if codec == NULL:
+        raise ValueError(f"compression must be None or a codec name ({names}), not {value!r}")
+    if not codec.available:
+        lib = codec.library.decode()
+        has = ", ".join(repr(n) for n in COMPRESSION) or "none"
+        raise ValueError(f"compression={value!r} needs {lib}; this upcall was built without it "
+                         f"(this build has: {has}; install {lib}'s development files, e.g. "
+                         f"Debian's {lib}-dev, and rebuild; upcall.COMPRESSION lists what this "
+                         f"build has)")
+    return codec
 
 
 cdef Py_ssize_t _oob_threshold_arg(object value) except -2:

@@ -167,7 +167,7 @@ cdef class Publisher:
     cdef int _fork_generation
     cdef long _pid
     cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
-    cdef bint _compress      # publisher(compression="lz4")
+    cdef const uc_codec *_codec   # publisher(compression=...); NULL: none
     cdef int _coalesce       # UC_SEND_COALESCE for publisher(coalesce=True), else 0
     cdef size_t _max_batch   # publisher(max_batch=..., max_bytes=...): also send_many's
     cdef size_t _max_bytes
@@ -294,7 +294,7 @@ cdef class Publisher:
         """Send the payload and the out-of-band values in oob (OobBuffer):
         over their own memory (a release through _relq marks the Sent done
         once libzmq is done with every frame), or copied (copy=True), or
-        compressed into buffers of libzmq's own (compression="lz4": the
+        compressed into buffers of libzmq's own (compression=...: the
         frames that pay, whose buffers are then free at once).  Never
         coalesced: on a coalescing publisher the topic's open batch goes
         first (the C core sends it), then this message alone."""
@@ -309,7 +309,7 @@ cdef class Publisher:
             frames[i].size = <size_t>b.view.len
             frames[i].release = NULL
             frames[i].cbuf = NULL
-        if self._compress:
+        if self._codec != NULL:
             n_raw = self._compress_frames(data, oob, frames, n)
         if not copy and n_raw:
             r = uc_release_new(_relq, <void *>sent)
@@ -336,19 +336,21 @@ cdef class Publisher:
         return sent
 
     cdef size_t _compress_frames(self, const char *data, list oob, uc_oob_frame *frames, size_t n):
-        """compression="lz4": compress the frames that pay (csrc/compress.h),
-        without the GIL, and flag their references in the payload (ours: the
-        writer's buffer).  Returns how many frames stay raw."""
+        """compression=...: compress the frames that pay with the publisher's
+        codec (csrc/compress.h), without the GIL, and put its id in their
+        references' flags in the payload (ours: the writer's buffer).
+        Returns how many frames stay raw."""
         cdef size_t i, n_raw = n
         cdef OobBuffer b
+        cdef const uc_codec *codec = self._codec
         with nogil:
             for i in range(n):
-                if frames[i].size >= UC_LZ4_MIN_FRAME:
-                    frames[i].cbuf = uc_lz4_frame(frames[i].data, frames[i].size)
+                if frames[i].size >= UC_COMPRESS_MIN_FRAME:
+                    frames[i].cbuf = uc_codec_frame(codec, frames[i].data, frames[i].size)
         for i in range(n):
             if frames[i].cbuf != NULL:
                 b = <OobBuffer>oob[i]
-                uc_oob_ref_set_codec(<unsigned char *>data + b.ref_at, UC_OOB_CODEC_LZ4)
+                uc_oob_ref_set_codec(<unsigned char *>data + b.ref_at, codec.id)
                 n_raw -= 1
         return n_raw
 

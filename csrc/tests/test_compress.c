@@ -1,6 +1,7 @@
-/* Tests of out-of-band frame compression (compress.c): the sampled decision,
- * the round trip, refusals on the receiving side, and a compressed frame
- * sent by uc_pub_send_frames over a buffer libzmq owns. */
+/* Tests of out-of-band frame compression (compress.c) with every codec of
+ * the table (codec.h): the sampled decision, the round trip, refusals on
+ * the receiving side, and a compressed frame sent by uc_pub_send_frames over
+ * a buffer libzmq owns. */
 #define _GNU_SOURCE
 #include "bus.h"
 #include "compress.h"
@@ -14,7 +15,7 @@
 #include "check.h"
 #include "fixtures.h"
 
-/* Bytes no LZ4 finds a match in (xorshift). */
+/* Bytes no codec finds a match in (xorshift). */
 static void fill_random(char *p, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++) {
@@ -25,13 +26,43 @@ static void fill_random(char *p, size_t n, uint64_t seed)
     }
 }
 
-static int test_available(void)
+/* The codec every test below runs with, in turn. */
+static const uc_codec *C;
+
+static int test_table(void)
 {
 #ifdef UC_HAVE_LZ4
-    CHECK_EQ(uc_lz4_available(), 1);
+    CHECK_EQ(uc_codec_by_name("lz4")->available, 1);
 #else
-    CHECK_EQ(uc_lz4_available(), 0);
+    CHECK_EQ(uc_codec_by_name("lz4")->available, 0);
 #endif
+#ifdef UC_HAVE_ZSTD
+    CHECK_EQ(uc_codec_by_name("zstd")->available, 1);
+#else
+    CHECK_EQ(uc_codec_by_name("zstd")->available, 0);
+#endif
+    CHECK(uc_codec_count() >= 2);
+    for (size_t i = 0; i < uc_codec_count(); i++) {
+        const uc_codec *c = uc_codec_at(i);
+        CHECK(c->id != UC_OOB_CODEC_NONE && c->id <= UC_OOB_CODEC_LAST);
+        CHECK(uc_codec_by_name(c->name) == c);
+        CHECK(uc_codec_by_id(c->id) == c);
+        for (size_t j = 0; j < i; j++)
+            CHECK(uc_codec_at(j)->id != c->id && strcmp(uc_codec_at(j)->name, c->name) != 0);
+        if (c->available) {
+            /* compress.c samples on the stack: every row's sample bound fits. */
+            CHECK(c->bound(UC_COMPRESS_SAMPLE) > UC_COMPRESS_SAMPLE);
+            CHECK(c->bound(UC_COMPRESS_SAMPLE) <= UC_COMPRESS_SAMPLE + UC_COMPRESS_SAMPLE / 8 + 1024);
+            CHECK(c->max_input >= (uint64_t)1 << 30);
+        }
+    }
+    CHECK(uc_codec_at(uc_codec_count()) == NULL);
+    CHECK(uc_codec_by_name("gzip") == NULL);
+    CHECK(uc_codec_by_name(NULL) == NULL);
+    CHECK(uc_codec_by_id(UC_OOB_CODEC_NONE) == NULL);
+    CHECK(uc_codec_by_id(UC_OOB_CODEC_MASK) == NULL);
+    CHECK(uc_codec_by_name("lz4")->id == UC_OOB_CODEC_LZ4);
+    CHECK(uc_codec_by_name("zstd")->id == UC_OOB_CODEC_ZSTD);
     return 0;
 }
 
@@ -41,52 +72,62 @@ static int test_decision(void)
     enum { N = 1 << 20 };
     char *p = calloc(1, N);
     CHECK(p);
-    CHECK_EQ(uc_lz4_worth_it(p, UC_LZ4_MIN_FRAME - 1), 0);
-    CHECK_EQ(uc_lz4_frame(p, UC_LZ4_MIN_FRAME - 1) == NULL, 1);
-    if (uc_lz4_available()) {
-        CHECK_EQ(uc_lz4_worth_it(p, UC_LZ4_MIN_FRAME), 1);
-        CHECK_EQ(uc_lz4_worth_it(p, N), 1);
+    CHECK_EQ(uc_codec_worth_it(C, p, UC_COMPRESS_MIN_FRAME - 1), 0);
+    CHECK_EQ(uc_codec_frame(C, p, UC_COMPRESS_MIN_FRAME - 1) == NULL, 1);
+    if (C->available) {
+        CHECK_EQ(uc_codec_worth_it(C, p, UC_COMPRESS_MIN_FRAME), 1);
+        CHECK_EQ(uc_codec_worth_it(C, p, N), 1);
         for (size_t i = 0; i < N; i++)
             p[i] = "lorem ipsum dolor sit amet, "[i % 28];
-        CHECK_EQ(uc_lz4_worth_it(p, N), 1);
+        CHECK_EQ(uc_codec_worth_it(C, p, N), 1);
     }
     fill_random(p, N, 88172645463325252ull);
-    CHECK_EQ(uc_lz4_worth_it(p, N), 0);
-    CHECK_EQ(uc_lz4_frame(p, N) == NULL, 1);
+    CHECK_EQ(uc_codec_worth_it(C, p, N), 0);
+    CHECK_EQ(uc_codec_frame(C, p, N) == NULL, 1);
     /* Zeros where the samples fall, random elsewhere: the samples say yes,
      * the whole frame did not shrink enough, so it goes raw. */
-    if (uc_lz4_available()) {
-        memset(p, 0, UC_LZ4_SAMPLE);
-        memset(p + N - UC_LZ4_SAMPLE, 0, UC_LZ4_SAMPLE);
-        for (size_t k = 1; k < UC_LZ4_SAMPLES - 1; k++)
-            memset(p + k * (N - UC_LZ4_SAMPLE) / (UC_LZ4_SAMPLES - 1), 0, UC_LZ4_SAMPLE);
-        CHECK_EQ(uc_lz4_worth_it(p, N), 1);
-        CHECK_EQ(uc_lz4_frame(p, N) == NULL, 1);
+    if (C->available) {
+        memset(p, 0, UC_COMPRESS_SAMPLE);
+        memset(p + N - UC_COMPRESS_SAMPLE, 0, UC_COMPRESS_SAMPLE);
+        for (size_t k = 1; k < UC_COMPRESS_SAMPLES - 1; k++)
+            memset(p + k * (N - UC_COMPRESS_SAMPLE) / (UC_COMPRESS_SAMPLES - 1), 0, UC_COMPRESS_SAMPLE);
+        CHECK_EQ(uc_codec_worth_it(C, p, N), 1);
+        CHECK_EQ(uc_codec_frame(C, p, N) == NULL, 1);
     }
     free(p);
     return 0;
 }
 
-/* Over LZ4's block limit: raw, decided before a byte is read (the zeros of
- * an untouched mapping would compress, were they looked at). */
+/* Over the codec's input limit (LZ4's block limit, ~2 GB): raw, decided
+ * before a byte is read (the zeros of an untouched mapping would compress,
+ * were they looked at).  A limit past 4 GiB is not mapped: nothing is read
+ * past it, so a pointer to one page does. */
 static int test_over_the_block_limit_goes_raw(void)
 {
-    size_t n = (size_t)UC_LZ4_MAX_INPUT + 1;
+    if (!C->available) {
+        char z[UC_COMPRESS_MIN_FRAME] = {0};
+        CHECK_EQ(uc_codec_worth_it(C, z, sizeof z), 0);
+        return 0;
+    }
+    int mapped = C->max_input < ((uint64_t)1 << 32);
+    size_t n = mapped ? (size_t)C->max_input + 1 : 4096;
     void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     CHECK(p != MAP_FAILED);
-    CHECK_EQ(uc_lz4_worth_it(p, n), 0);
-    CHECK_EQ(uc_lz4_frame(p, n) == NULL, 1);
-    if (uc_lz4_available())
-        CHECK_EQ(uc_lz4_worth_it(p, UC_LZ4_MAX_INPUT), 1);
+    CHECK_EQ(uc_codec_worth_it(C, p, (size_t)C->max_input + 1), 0);
+    CHECK_EQ(uc_codec_frame(C, p, (size_t)C->max_input + 1) == NULL, 1);
+    CHECK_EQ(uc_codec_refuses(C, p, 1, C->max_input + 1), 1);
+    if (mapped)
+        CHECK_EQ(uc_codec_worth_it(C, p, (size_t)C->max_input), 1);
     munmap(p, n);
     return 0;
 }
 
 static int test_round_trip_and_refusals(void)
 {
-    if (!uc_lz4_available()) {
+    if (!C->available) {
         char in[16] = {0}, out[16];
-        CHECK_EQ(uc_lz4_decompress(in, sizeof in, out, sizeof out), UC_ERR_ARG);
+        CHECK_EQ(uc_codec_decompress(C, in, sizeof in, out, sizeof out), UC_ERR_ARG);
+        CHECK_EQ(uc_codec_refuses(C, in, sizeof in, 1), 1);
         return 0;
     }
     enum { N = 300000 };
@@ -94,22 +135,24 @@ static int test_round_trip_and_refusals(void)
     CHECK(p && back);
     for (size_t i = 0; i < N; i++)
         p[i] = (char)("abcdefgh"[i % 8] + (i / 4096) % 3);
-    uc_cbuf *b = uc_lz4_frame(p, N);
+    uc_cbuf *b = uc_codec_frame(C, p, N);
     CHECK(b);
     size_t c = uc_cbuf_size(b);
-    CHECK(c > 0 && c * 100 <= (size_t)N * UC_LZ4_MAX_RATIO_PCT);
-    CHECK_EQ(uc_lz4_decompress(uc_cbuf_data(b), c, back, N), UC_OK);
+    CHECK(c > 0 && c * 100 <= (size_t)N * UC_COMPRESS_MAX_RATIO_PCT);
+    CHECK_EQ(uc_codec_decompress(C, uc_cbuf_data(b), c, back, N), UC_OK);
     CHECK(memcmp(back, p, N) == 0);
     /* The wrong size either way, a cut block, garbage, nothing. */
-    CHECK_EQ(uc_lz4_decompress(uc_cbuf_data(b), c, back, N - 1), UC_ERR_ARG);
-    CHECK_EQ(uc_lz4_decompress(uc_cbuf_data(b), c, back, N + 1), UC_ERR_ARG);
-    CHECK_EQ(uc_lz4_decompress(uc_cbuf_data(b), c - 5, back, N), UC_ERR_ARG);
+    CHECK_EQ(uc_codec_decompress(C, uc_cbuf_data(b), c, back, N - 1), UC_ERR_ARG);
+    CHECK_EQ(uc_codec_decompress(C, uc_cbuf_data(b), c, back, N + 1), UC_ERR_ARG);
+    CHECK_EQ(uc_codec_decompress(C, uc_cbuf_data(b), c - 5, back, N), UC_ERR_ARG);
     memset(back, 0xff, 64);
-    CHECK_EQ(uc_lz4_decompress(back, 64, back + 64, 1000), UC_ERR_ARG);
-    CHECK_EQ(uc_lz4_decompress(back, 0, back + 64, 10), UC_ERR_ARG);
+    CHECK_EQ(uc_codec_decompress(C, back, 64, back + 64, 1000), UC_ERR_ARG);
+    CHECK_EQ(uc_codec_decompress(C, back, 0, back + 64, 10), UC_ERR_ARG);
     /* The bound a reference's size is checked against before allocating. */
-    CHECK(uc_lz4_max_decompressed(c) >= N);
-    CHECK(uc_lz4_max_decompressed(4) < 2000);
+    CHECK(C->max_decompressed(uc_cbuf_data(b), c) >= N);
+    CHECK_EQ(uc_codec_refuses(C, uc_cbuf_data(b), c, N), 0);
+    CHECK_EQ(uc_codec_refuses(C, uc_cbuf_data(b), c, C->max_decompressed(uc_cbuf_data(b), c) + 1), 1);
+    CHECK(C->max_decompressed(uc_cbuf_data(b), 4) < 1000000);
     uc_cbuf_put(b);
     free(p);
     free(back);
@@ -121,7 +164,7 @@ static int test_round_trip_and_refusals(void)
  * use-after-free), and the peer gets the compressed bytes. */
 static int test_send_compressed_frame(void)
 {
-    if (!uc_lz4_available())
+    if (!C->available)
         return 0;
     char ep[300];
     bind_ep(T_IPC, ep, sizeof ep);
@@ -136,7 +179,7 @@ static int test_send_compressed_frame(void)
     enum { N = 1 << 20 };
     char *zeros = calloc(1, N);
     CHECK(zeros);
-    uc_cbuf *b = uc_lz4_frame(zeros, N);
+    uc_cbuf *b = uc_codec_frame(C, zeros, N);
     CHECK(b);
     free(zeros);                         /* the sender's memory is free at once */
     uc_oob_frame f = {NULL, 0, NULL, b};
@@ -154,7 +197,7 @@ static int test_send_compressed_frame(void)
     CHECK_EQ(zmq_msg_size(&m), c);
     char *back = malloc(N);
     CHECK(back);
-    CHECK_EQ(uc_lz4_decompress(zmq_msg_data(&m), zmq_msg_size(&m), back, N), UC_OK);
+    CHECK_EQ(uc_codec_decompress(C, zmq_msg_data(&m), zmq_msg_size(&m), back, N), UC_OK);
     char *z = calloc(1, N);
     CHECK(z && memcmp(back, z, N) == 0);
     free(z);
@@ -170,11 +213,15 @@ int main(void)
 {
     if (fixtures_setup() != 0)
         return 2;
-    run("available", test_available);
-    run("decision", test_decision);
-    run("over_the_block_limit_goes_raw", test_over_the_block_limit_goes_raw);
-    run("round_trip_and_refusals", test_round_trip_and_refusals);
-    run("send_compressed_frame", test_send_compressed_frame);
+    run("table", test_table);
+    for (size_t i = 0; i < uc_codec_count(); i++) {
+        C = uc_codec_at(i);
+        printf("-- %s (%s)\n", C->name, C->available ? "in this build" : "not in this build");
+        run("decision", test_decision);
+        run("over_the_block_limit_goes_raw", test_over_the_block_limit_goes_raw);
+        run("round_trip_and_refusals", test_round_trip_and_refusals);
+        run("send_compressed_frame", test_send_compressed_frame);
+    }
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);

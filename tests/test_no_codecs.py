@@ -1,7 +1,9 @@
-"""An upcall built without liblz4 (setup.py's UPCALL_NO_LZ4=1, as on a
-machine where pkg-config finds none): compression="lz4" is refused with a
-clear error, a compressed frame from a peer is a counted decode error
-(oob_codec), and nothing else changes.
+"""An upcall built without its codecs' libraries (setup.py's UPCALL_NO_LZ4=1
+and UPCALL_NO_ZSTD=1, as on a machine where pkg-config finds neither liblz4
+nor libzstd): compression="lz4" and compression="zstd" are refused with a
+ValueError naming the option and what the build lacks, a compressed frame
+from a peer is a counted decode error (oob_codec), and nothing else
+changes.
 
 The bus module is rebuilt in a copy of the sources (about a minute); the
 check runs in a child interpreter that imports that copy."""
@@ -19,22 +21,26 @@ import upcall
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytest.importorskip("lz4.block")
+pytest.importorskip("zstandard")
 pytest.importorskip("Cython")
 
 CHECK = textwrap.dedent("""
     import struct, threading
-    import lz4.block, msgpack, zmq
+    import lz4.block, msgpack, zmq, zstandard
     import upcall
     assert upcall.__file__.startswith(sys.argv[1]), upcall.__file__
     assert upcall.COMPRESSION == ()
     errors, got, ev = [], [], threading.Event()
     with upcall.Bus() as bus:
-        try:
-            bus.publisher("inproc://p", compression="lz4")
-        except ValueError as exc:
-            assert "built without" in str(exc) and "liblz4" in str(exc), exc
-        else:
-            raise AssertionError("compression='lz4' was accepted")
+        for name, lib in (("lz4", "liblz4"), ("zstd", "libzstd")):
+            try:
+                bus.publisher("inproc://p", compression=name)
+            except ValueError as exc:
+                msg = str(exc)
+                assert msg.startswith(f"compression={name!r} needs {lib}"), msg
+                assert "built without" in msg and "this build has: none" in msg, msg
+            else:
+                raise AssertionError(f"compression={name!r} was accepted")
         sub = bus.subscribe("tcp://127.0.0.1:*", lambda m: (got.append(m), ev.set()),
                             kind="pull", bind=True, on_error=lambda e, raw: errors.append(e))
         ctx = zmq.Context()
@@ -42,13 +48,15 @@ CHECK = textwrap.dedent("""
         push.linger = 0
         push.connect(sub.last_endpoint)
         blob = b"abc" * 10000
-        ref = msgpack.ExtType(126, struct.pack(">BBHIQ", 1, 1, 0, 2, len(blob)))
-        push.send_multipart([b"t", msgpack.packb([ref]), lz4.block.compress(blob, store_size=False)])
+        for codec, frame in ((1, lz4.block.compress(blob, store_size=False)),
+                             (2, zstandard.ZstdCompressor().compress(blob))):
+            ref = msgpack.ExtType(126, struct.pack(">BBHIQ", 1, codec, 0, 2, len(blob)))
+            push.send_multipart([b"t", msgpack.packb([ref]), frame])
         push.send_multipart([b"t", msgpack.packb("ok")])
         assert ev.wait(30)
         assert got == ["ok"], got
-        assert [(e.reason, e.offset) for e in errors] == [("oob_codec", 1)], errors
-        assert sub.stats["decode_errors"] == 1
+        assert [(e.reason, e.offset) for e in errors] == [("oob_codec", 1)] * 2, errors
+        assert sub.stats["decode_errors"] == 2
         # Out-of-band values without compression, as before.
         pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=4096)
         ev.clear()
@@ -63,7 +71,7 @@ CHECK = textwrap.dedent("""
 
 # Past its subprocesses' own limits (900 s build, 120 s run).
 @pytest.mark.timeout(900 + 120 + 60)
-def test_built_without_liblz4(tmp_path):
+def test_built_without_the_codec_libraries(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
@@ -77,13 +85,13 @@ def test_built_without_liblz4(tmp_path):
     for mod in ("_codec", "handler", "native"):
         for so in glob.glob(os.path.join(pkg, mod + ".*.so")):
             shutil.copy(so, src / "upcall")
-    env = {**os.environ, "UPCALL_NO_LZ4": "1", "UPCALL_ONLY": "upcall._bus"}
+    env = {**os.environ, "UPCALL_NO_LZ4": "1", "UPCALL_NO_ZSTD": "1", "UPCALL_ONLY": "upcall._bus"}
     build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
                            cwd=src, env=env, capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, build.stderr[-4000:]
     script = tmp_path / "check.py"
     script.write_text("import sys\n" + CHECK)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UPCALL_NO_LZ4")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UPCALL_NO_LZ4", "UPCALL_NO_ZSTD")}
     env["PYTHONPATH"] = str(src)
     run = subprocess.run([sys.executable, str(script), str(src)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
