@@ -12,6 +12,9 @@ import upcall
 from upcall._bus import _Run, _synthetic_subscribe
 from upcall._codec import MAX_DEPTH_LIMIT
 from helpers import DEADLINE, Collector, warm_up
+from helpers import thread_count, wait_for
+
+pytestmark = pytest.mark.threads
 
 zmq = pytest.importorskip("zmq")
 
@@ -377,3 +380,92 @@ def test_the_run_a_factory_gets_cannot_be_copied_by_its_type(endpoints):
         sub = bus.subscribe(endpoints("inproc"), print, thread_factory=factory)
         sub.close(timeout=DEADLINE)
     assert len(runs) == 1 and repr(runs[0]).startswith("<upcall run")
+
+
+# --- argument validation -------------------------------------------------------------
+
+def _raises_naming(exc_types, word, fn, *args, **kwargs):
+    with pytest.raises(exc_types) as info:
+        fn(*args, **kwargs)
+    assert word in str(info.value), "%r does not name %r" % (info.value, word)
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    ({"kind": "nope"}, ValueError, "kind"),
+    ({"kind": "pub"}, ValueError, "kind"),
+    ({"batch": 0}, ValueError, "batch"),
+    ({"batch": -5}, ValueError, "batch"),
+    ({"batch": "10"}, TypeError, "batch"),
+    ({"delivery": "x"}, ValueError, "delivery"),
+    ({"topics": [1]}, TypeError, "topics"),
+    ({"thread_factory": 42}, TypeError, "thread_factory"),
+    ({"on_error": "print"}, TypeError, "on_error"),
+    ({"rcvhwm": "big"}, TypeError, "rcvhwm"),
+])
+def test_subscribe_rejects_bad_arguments(endpoints, kwargs, exc, word):
+    with upcall.Bus() as bus:
+        base_threads = thread_count()
+        _raises_naming(exc, word, bus.subscribe, endpoints("inproc"), print, **kwargs)
+        wait_for(lambda: thread_count() <= base_threads, what="no thread left behind")
+
+
+def test_private_gil_mode_rejects_bad_values():
+    with upcall.Bus() as bus:
+        _raises_naming(ValueError, "gil", _synthetic_subscribe, bus, print, gil="x")
+
+
+def test_subscribe_rejects_non_callable_target(endpoints):
+    with upcall.Bus() as bus:
+        _raises_naming(TypeError, "target", bus.subscribe, endpoints("inproc"), 42)
+
+
+@pytest.mark.parametrize("endpoint", ["foo://x", "tcp://", "not an endpoint", ""])
+def test_subscribe_rejects_bad_endpoint(endpoint):
+    with upcall.Bus() as bus:
+        with pytest.raises((ValueError, OSError)) as info:
+            bus.subscribe(endpoint, print)
+        text = str(info.value)
+        assert text and (endpoint in text or "endpoint" in text.lower()), text
+        with pytest.raises((ValueError, OSError)):
+            bus.publisher(endpoint)
+
+
+def test_subscribe_rejects_non_str_endpoint():
+    with upcall.Bus() as bus:
+        _raises_naming(TypeError, "endpoint", bus.subscribe, 5, print)
+
+
+def test_bind_conflict_raises_oserror(endpoints):
+    ep = endpoints("tcp")
+    with upcall.Bus() as bus:
+        pub = bus.publisher(ep, kind="push")   # referenced: a dropped publisher is closed
+        with pytest.raises(OSError):
+            bus.publisher(ep, kind="push")
+        with pytest.raises(OSError):
+            bus.subscribe(ep, print, kind="pull", bind=True)
+        pub.close()
+
+
+@pytest.mark.parametrize("kwargs,exc,word", [
+    ({"kind": "sub"}, ValueError, "kind"),
+    ({"kind": "nope"}, ValueError, "kind"),
+    ({"sndhwm": "x"}, TypeError, "sndhwm"),
+    ({"linger": "x"}, TypeError, "linger"),
+])
+def test_publisher_rejects_bad_arguments(endpoints, kwargs, exc, word):
+    with upcall.Bus() as bus:
+        _raises_naming(exc, word, bus.publisher, endpoints("inproc"), **kwargs)
+
+
+def test_send_rejects_bad_topic(endpoints):
+    with upcall.Bus() as bus:
+        pub = bus.publisher(endpoints("inproc"))
+        _raises_naming(TypeError, "topic", pub.send, 1, {})
+        _raises_naming(TypeError, "topic", pub.send_packed, None, b"\x01")
+        with pytest.raises(TypeError):
+            pub.send_packed(b"t", 12)
+
+
+def test_bus_rejects_bad_arguments():
+    _raises_naming(TypeError, "thread_factory", upcall.Bus, thread_factory=1)
+    _raises_naming(ValueError, "io_threads", upcall.Bus, io_threads=-1)

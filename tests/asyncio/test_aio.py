@@ -17,6 +17,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, fd_count, script_env, thread_count, wait_for
 
+pytestmark = pytest.mark.threads
+
 try:
     import uvloop
 except ImportError:

@@ -58,7 +58,7 @@ def test_dispatcher_json_and_plot(tmp_path):
     run = subprocess.run([sys.executable, "bench_upcalls.py", "--upcalls", "--codec", "--quick",
                           "--upcalls-n", "3000", "--json", str(out), "--plot", str(png)],
                          check=True, capture_output=True, text=True, timeout=600,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     records = json.loads(out.read_text())
     ups = [r for r in records if r["section"] == "upcalls"]
     assert ups and all(FIELDS <= set(r) for r in ups)
@@ -128,7 +128,7 @@ def test_plot_names_every_row():
 def test_full_and_quick_exclude_each_other():
     run = subprocess.run([sys.executable, "bench_upcalls.py", "--quick", "--full"],
                          capture_output=True, text=True, timeout=120,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert run.returncode == 2 and "--full and --quick exclude each other" in run.stderr
 
 

@@ -16,6 +16,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, Collector, wait_for
 
+pytestmark = pytest.mark.threads
+
 
 def blocked_target(gate, into):
     def target(msg):

@@ -31,6 +31,8 @@ from upcall.handler import Handler
 from upcall.native import FieldFilter
 from helpers import DEADLINE, mode_kwargs, script_env, wait_for
 
+pytestmark = pytest.mark.threads
+
 # ---- a thread factory that fails after arranging run() ----------------------
 
 FACTORY_SCRIPT = textwrap.dedent("""

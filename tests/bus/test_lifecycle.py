@@ -1,6 +1,6 @@
 """The bus life cycle: closing never waits for a send it could wake, an
 interrupted close can be finished, a close with a timeout keeps it whatever
-the linger, and what nobody references is collected (issues 9, 14, 15).
+the linger, and what nobody references is collected.
 
 Waits are on conditions with generous deadlines (helpers.DEADLINE); where a
 close could hang, it runs on a helper thread that the test joins with that
@@ -23,6 +23,9 @@ import pytest
 import upcall
 from helpers import (DEADLINE, MODE_PRELUDE, Collector, fd_count, free_tcp_port, mode_kwargs,
                      script_env, thread_count, unreachable_tcp_endpoint, wait_for)
+from bus_pair import STATE_ERRORS, pair
+
+pytestmark = pytest.mark.threads
 
 MODES = ["native", "python", "caller", "executor"]
 THREAD_MODES = ["native", "python", "executor"]
@@ -583,3 +586,245 @@ def test_a_thousand_unclosed_buses_leak_nothing(endpoints):
             del bus
     assert got == list(range(1, 1000, 2))
     back_to(base)
+
+
+# --- close --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_close_from_inside_the_target(endpoints, mode):
+    holder = []
+    returned = threading.Event()
+
+    def record(msg):
+        if msg == 2:
+            holder[0].close()  # must not deadlock
+            returned.set()
+
+    col = Collector(record=record)
+    with pair(endpoints, "inproc", "pull", mode, col) as (pub, sub, pump):
+        holder.append(sub)
+        for i in range(10):
+            pub.send(b"t", i)
+        if mode == "caller":
+            # poll returns once the subscription is closed
+            while not returned.is_set() and col.calls < 10:
+                sub.poll(timeout=DEADLINE)
+        assert returned.wait(DEADLINE), "close() called from the target did not return"
+        sub.close(timeout=DEADLINE)  # from outside: waits for the loop's end
+        assert sub.closed
+        assert col.items == [0, 1, 2], "messages delivered after close(): %r" % col.items
+
+
+def test_close_timeout_when_target_is_stuck(endpoints):
+    release = threading.Event()
+    entered = threading.Event()
+
+    def target(msg):
+        entered.set()
+        release.wait(DEADLINE)
+
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        pub = bus.publisher(ep, kind="push")
+        sub = bus.subscribe(ep, target, kind="pull")
+        pub.send(b"t", 1)
+        assert entered.wait(DEADLINE)
+        with pytest.raises(TimeoutError):
+            sub.close(timeout=0.1)
+        release.set()
+        sub.close(timeout=DEADLINE)
+        assert sub.closed
+
+
+def test_close_is_idempotent(endpoints):
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        pub = bus.publisher(ep, kind="push")
+        sub = bus.subscribe(ep, Collector(), kind="pull")
+        sub.close()
+        sub.close()
+        pub.close()
+        pub.close()
+        assert sub.closed and pub.closed
+        bus.close()
+        bus.close()
+        assert bus.closed
+
+
+def test_bus_close_closes_everything(endpoints):
+    bus = upcall.Bus()
+    ep = endpoints("inproc")
+    pub = bus.publisher(ep, kind="push")
+    subs = [bus.subscribe(ep, Collector(), kind="pull", **mode_kwargs(m)) for m in MODES]
+    pub.send(b"t", 1)
+    assert not bus.closed
+    bus.close()
+    assert bus.closed
+    assert pub.closed
+    assert all(s.closed for s in subs)
+
+
+@pytest.mark.parametrize("mode", ["native", "python"])
+def test_subscribe_close_cycles_leak_nothing(endpoints, mode):
+    with upcall.Bus() as bus:
+        ep = endpoints("tcp")
+        pub = bus.publisher(ep, kind="pub")
+
+        def cycle():
+            sub = bus.subscribe(ep, Collector(), **mode_kwargs(mode))
+            sub.close()
+            assert sub.closed
+
+        threads0 = thread_count()  # the bus's libzmq I/O thread is running
+        cycle()  # warm-up: first-use allocations
+        wait_for(lambda: thread_count() <= threads0,
+                 what="the warm-up cycle's delivery thread to exit")
+        base_threads = thread_count()
+        base_fds = fd_count()
+        for _ in range(200):
+            cycle()
+        wait_for(lambda: thread_count() <= base_threads,
+                 what=lambda: "threads back to %d (now %d)" % (base_threads, thread_count()))
+        wait_for(lambda: fd_count() <= base_fds,
+                 what=lambda: "open fds back to %d (now %d)" % (base_fds, fd_count()))
+        pub.close()
+
+
+def test_subscribe_close_cycles_with_traffic(endpoints):
+    # Each cycle: a PULL binds a fresh inproc endpoint, a PUSH connects, one
+    # message goes through, both close.
+    with upcall.Bus() as bus:
+        def cycle():
+            ep = endpoints("inproc")
+            col = Collector()
+            sub = bus.subscribe(ep, col, kind="pull", bind=True)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            pub.send(b"t", 1)
+            col.wait(1)
+            sub.close()
+            pub.close()
+
+        cycle()
+        base_threads = thread_count()
+        base_fds = fd_count()
+        for _ in range(100):
+            cycle()
+        wait_for(lambda: thread_count() <= base_threads,
+                 what=lambda: "threads back to %d (now %d)" % (base_threads, thread_count()))
+        wait_for(lambda: fd_count() <= base_fds,
+                 what=lambda: "open fds back to %d (now %d)" % (base_fds, fd_count()))
+
+
+# --- operations after close -----------------------------------------------------------
+# Assumption (not spelled out in the .pyi): close() is idempotent; poll() on a
+# closed subscription, send() on a closed publisher, subscribe()/publisher()
+# on a closed bus raise STATE_ERRORS; properties (closed, stats, endpoint)
+# stay readable.
+
+def test_operations_after_close_raise(endpoints):
+    bus = upcall.Bus()
+    ep = endpoints("inproc")
+    pub = bus.publisher(ep, kind="push")
+    sub = bus.subscribe(ep, Collector(), kind="pull", delivery="caller")
+    sub.close()
+    with pytest.raises(STATE_ERRORS):
+        sub.poll(timeout=0)
+    assert sub.endpoint == ep and isinstance(sub.stats, dict)
+    pub.close()
+    with pytest.raises(STATE_ERRORS):
+        pub.send(b"t", 1)
+    with pytest.raises(STATE_ERRORS):
+        pub.send_packed(b"t", b"\x01")
+    bus.close()
+    with pytest.raises(STATE_ERRORS):
+        bus.subscribe(endpoints("inproc"), print)
+    with pytest.raises(STATE_ERRORS):
+        bus.publisher(endpoints("inproc"))
+
+
+def test_context_managers_close(endpoints):
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        with bus.publisher(ep, kind="push") as pub:
+            with bus.subscribe(ep, Collector(), kind="pull") as sub:
+                assert not sub.closed and not pub.closed
+            assert sub.closed
+        assert pub.closed
+    assert bus.closed
+
+
+# --- more lifetimes ------------------------------------------------------------------
+
+def test_bus_close_from_inside_a_target(endpoints):
+    bus = upcall.Bus()
+    done = threading.Event()
+    holder = []
+
+    def target(msg):
+        bus.close()  # must not deadlock on this very loop
+        holder.append(msg)
+        done.set()
+
+    ep = endpoints("inproc")
+    pub = bus.publisher(ep, kind="push")
+    sub = bus.subscribe(ep, target, kind="pull")
+    pub.send(b"t", "x")
+    assert done.wait(DEADLINE), "bus.close() inside a target did not return"
+    assert holder == ["x"]
+    assert bus.closed and pub.closed
+    wait_for(lambda: sub.closed, what="the subscription to end after bus.close()")
+
+
+def test_publisher_close_wakes_a_blocked_send(endpoints):
+    # PUSH with no peer: send(timeout=None) blocks.  Closing the publisher
+    # from another thread must end that send with an error (the message can
+    # never go), not leave the thread blocked forever.
+    with upcall.Bus() as bus:
+        pub = bus.publisher(endpoints("inproc"), kind="push")
+        outcome = []
+        started = threading.Event()
+
+        def blocked():
+            started.set()
+            try:
+                pub.send(b"t", 1)
+                outcome.append("returned")
+            except Exception as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=blocked, daemon=True)
+        t.start()
+        assert started.wait(DEADLINE)
+        # the send is in progress (or about to be): close must stop it either way
+        pub.close()
+        t.join(10)  # a correct close wakes it at once; 10 s only bounds a failure
+        assert not t.is_alive(), "send() still blocked after its publisher was closed"
+        assert len(outcome) == 1 and isinstance(outcome[0], ValueError), outcome
+
+
+def test_concurrent_subscribe_close_from_threads(endpoints):
+    errors = []
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        pub = bus.publisher(ep, kind="pub")
+        base_threads = thread_count()
+
+        def worker(k):
+            try:
+                for i in range(40):
+                    kw = mode_kwargs("python" if (i + k) % 2 else "native")
+                    with bus.subscribe(ep, Collector(), **kw) as sub:
+                        assert not sub.closed
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        wait_for(lambda: thread_count() <= base_threads,
+                 what=lambda: "threads back to %d (now %d)" % (base_threads, thread_count()))
+        pub.close()

@@ -24,6 +24,10 @@ import upcall
 import upcall._bus
 from helpers import (DEADLINE, MODE_PRELUDE, Collector, make_pump, mode_kwargs, script_env,
                      wait_for)
+from bus_pair import pair
+from helpers import MODES
+
+pytestmark = pytest.mark.threads
 
 
 class Records(logging.Handler):
@@ -312,3 +316,89 @@ def test_a_batch_handlers_error_is_one_record_for_the_batch(endpoints, records):
     [rec] = records.snapshot()
     assert rec.topic is None and str(rec.exc_info[1]) == "batch with 3"
     assert " raised on a batch in thread MainThread" in rec.getMessage()
+
+
+# --- errors from the target ---------------------------------------------------
+
+
+
+def raise_on(values):
+    def record(*args):
+        if args[-1] in values:
+            raise Boom("boom %r" % (args[-1],))
+    return record
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_on_error_gets_target_exceptions_and_delivery_goes_on(endpoints, mode):
+    errors = []
+    col = Collector(record=raise_on({3, 7}))
+
+    def on_error(exc, msg):
+        errors.append((exc, msg, threading.get_ident()))
+
+    with pair(endpoints, "inproc", "pull", mode, col, on_error=on_error) as (pub, sub, pump):
+        for i in range(10):
+            pub.send(b"t", i)
+        col.wait(8, pump=pump)
+        wait_for(lambda: sub.stats["callback_errors"] == 2, what=lambda: repr(sub.stats))
+        assert col.items == [0, 1, 2, 4, 5, 6, 8, 9]
+        assert [(type(e), str(e), m) for e, m, _ in errors] == [
+            (Boom, "boom 3", 3), (Boom, "boom 7", 7)]
+        # Documented by the C core: "delivered" counts messages handed to the
+        # target without error.
+        wait_for(lambda: sub.stats["delivered"] == 8, what=lambda: repr(sub.stats))
+        assert sub.stats["decode_errors"] == 0
+    if mode == "caller":
+        assert {ident for _, _, ident in errors} == {threading.get_ident()}
+
+
+def upcall_errors(caplog):
+    return [r for r in caplog.records if r.name == "upcall" and r.levelno == logging.ERROR]
+
+
+@pytest.mark.parametrize("mode", ["native", "python"])
+def test_logged_without_on_error(endpoints, caplog, mode):
+    # Without on_error, a target's exception is a record on the "upcall"
+    # logger (tests/bus/test_logging.py has the details).
+    col = Collector(record=raise_on({2}))
+    with pair(endpoints, "inproc", "pull", mode, col) as (pub, sub, _):
+        for i in range(6):
+            pub.send(b"t", i)
+        col.wait(5)
+        wait_for(lambda: upcall_errors(caplog), what="the exception to be logged")
+        wait_for(lambda: sub.stats["callback_errors"] == 1, what=lambda: repr(sub.stats))
+    assert col.items == [0, 1, 3, 4, 5]
+    [rec] = upcall_errors(caplog)
+    assert isinstance(rec.exc_info[1], Boom)
+    assert str(rec.exc_info[1]) == "boom 2"
+
+
+def test_logged_without_on_error_caller_mode(endpoints, caplog):
+    col = Collector(record=raise_on({1}))
+    with pair(endpoints, "inproc", "pull", "caller", col) as (pub, sub, pump):
+        for i in range(3):
+            pub.send(b"t", i)
+        col.wait(2, pump=pump)
+    assert col.items == [0, 2]
+    [rec] = upcall_errors(caplog)
+    assert isinstance(rec.exc_info[1], Boom)
+
+
+# A topic that must appear in the decode error's record.
+BAD_TOPIC = b"badtopic"
+
+
+@pytest.mark.parametrize("mode", ["native", "caller"])
+def test_decode_error_is_logged_without_on_error(endpoints, caplog, mode):
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", mode, col) as (pub, sub, pump):
+        pub.send(b"ok", 1)
+        pub.send_packed(BAD_TOPIC, b"\xc1")
+        pub.send(b"ok", 2)
+        col.wait(2, pump=pump)
+        wait_for(lambda: upcall_errors(caplog), what="the DecodeError to be logged")
+        wait_for(lambda: sub.stats["decode_errors"] == 1, what=lambda: repr(sub.stats))
+    assert col.items == [1, 2]
+    [rec] = upcall_errors(caplog)
+    assert "badtopic" in rec.getMessage() and rec.topic == BAD_TOPIC

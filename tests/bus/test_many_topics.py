@@ -21,6 +21,10 @@ import zmq
 
 import upcall
 from helpers import DEADLINE, MODES, Collector, make_pump, mode_kwargs, wait_for
+from bus_pair import assert_same_sequence, pair
+from helpers import make_msg, warm_up
+
+pytestmark = pytest.mark.threads
 
 N = 3000                          # three times libzmq's default ZMQ_SNDHWM
 PREFIXES = [b"k%05d." % i for i in range(N)]
@@ -214,3 +218,61 @@ def test_subscribe_async_takes_max_topics(endpoints):
                                            max_topics=1) as sub:
                 assert not sub.closed
     asyncio.run(main())
+
+
+# --- topics ------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def test_topic_prefix_filtering(endpoints, mode, transport):
+    col = Collector()
+    with pair(endpoints, transport, "sub", mode, col, topics=[b"a.", b"c."],
+              with_topic=True) as (pub, sub, pump):
+        warm_up(pub, col, pump, topic=b"a.probe")
+        sent = []
+        for i in range(300):
+            for t in (b"a.x", b"b.x", b"c.y", b"a", b"ba.x", b"c.", b"cc.x"):
+                pub.send(t, i)
+                sent.append((t, i))
+        pub.send(b"c.end", "end")
+        expected = [(t, i) for t, i in sent if t.startswith((b"a.", b"c."))] + [(b"c.end", "end")]
+        col.wait(len(expected), pump=pump)
+        # "c.end" was sent last: everything the filter passes has arrived.
+        assert_same_sequence(col.items, expected)
+
+
+def test_str_topics_are_utf8(endpoints):
+    col = Collector()
+    with pair(endpoints, "inproc", "sub", "native", col,
+              topics=["é.", "plain."], with_topic=True) as (pub, sub, _):
+        warm_up(pub, col, topic="plain.probe".encode())
+        pub.send("ü.x".encode(), 0)
+        pub.send("é.x".encode(), 1)
+        pub.send(b"plain.y", 2)
+        pub.send(b"e.x", 3)
+        pub.send("é.end".encode(), 4)
+        col.wait(3)
+        assert col.items == [("é.x".encode(), 1), (b"plain.y", 2), ("é.end".encode(), 4)]
+
+
+def test_with_topic_pull_gets_topic_frame(endpoints):
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "native", col, with_topic=True) as (pub, sub, _):
+        pub.send(b"some.topic", {"k": 1})
+        pub.send(b"", [1, 2])
+        col.wait(2)
+    assert col.items == [(b"some.topic", {"k": 1}), (b"", [1, 2])]
+    assert all(type(t) is bytes for t, _ in col.items)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_with_topic(endpoints, mode):
+    col = Collector()
+    with pair(endpoints, "tcp", "sub", mode, col, with_topic=True) as (pub, sub, pump):
+        warm_up(pub, col, pump)
+        expected = [(b"t.%d" % (i % 3), make_msg(i)) for i in range(200)]
+        for t, m in expected:
+            pub.send(t, m)
+        col.wait(200, pump=pump)
+        assert col.items == expected
+        assert all(type(t) is bytes for t, _ in col.items)

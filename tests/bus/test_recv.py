@@ -6,6 +6,7 @@ Real sockets (inproc, ipc, tcp) and pyzmq peers for interop.  No timing
 thresholds: a call that must return early is given no timeout at all (or
 30 s) and must return before the test's own deadline.
 """
+import _thread
 import contextlib
 import os
 import signal
@@ -21,6 +22,10 @@ import zmq
 
 import upcall
 from helpers import DEADLINE, free_tcp_port, script_env, wait_for
+from bus_pair import STATE_ERRORS, pair
+from helpers import Collector
+
+pytestmark = pytest.mark.threads
 
 TRANSPORTS = ["inproc", "ipc", "tcp"]
 
@@ -400,3 +405,84 @@ def test_wrong_subscriptions_and_arguments():
             sub.recv()
         with pytest.raises(StopIteration):
             next(sub)
+
+
+# --- caller mode: poll --------------------------------------------------------------
+
+def test_poll_counts_malformed_messages_as_taken_in(endpoints):
+    # poll() returns (and max_messages bounds) the messages taken in: those
+    # handed to the target and those counted as decode errors, as documented.
+    import zmq
+    ep = endpoints("ipc")
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.bind(ep)
+    got, errors = [], []
+    try:
+        with upcall.Bus() as bus:
+            sub = bus.subscribe(ep, got.append, kind="pull", delivery="caller",
+                                on_error=lambda exc, raw: errors.append(exc))
+            for payload in (b"\xc1", b"\x01", b"\xc1", b"\x02"):   # 0xc1: never valid
+                push.send_multipart([b"t", payload])
+            n = 0
+            while n < 4:
+                k = sub.poll(timeout=DEADLINE, max_messages=4 - n)
+                assert k > 0
+                n += k
+            assert n == 4 and got == [1, 2] and len(errors) == 2
+            assert sub.stats["decode_errors"] == 2 and sub.stats["delivered"] == 2
+    finally:
+        push.close(0)
+        ctx.term()
+
+
+def test_poll_counts_and_max_messages(endpoints):
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "caller", col) as (pub, sub, _):
+        assert sub.thread_name is None
+        assert sub.poll(timeout=0) == 0
+        for i in range(10):
+            pub.send(b"t", i)
+        assert sub.poll(timeout=DEADLINE, max_messages=3) == 3
+        assert col.items == [0, 1, 2]
+        assert sub.poll(timeout=DEADLINE, max_messages=7) == 7
+        assert col.items == list(range(10))
+        assert sub.poll(timeout=0.01) == 0
+        assert sub.stats["delivered"] == 10
+
+
+def test_poll_from_another_thread(endpoints):
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "caller", col) as (pub, sub, _):
+        for i in range(5):
+            pub.send(b"t", i)
+        out = []
+        t = threading.Thread(target=lambda: out.append(sub.poll(timeout=DEADLINE, max_messages=5)))
+        t.start()
+        t.join(DEADLINE)
+        assert out == [5]
+        assert col.items == list(range(5))
+
+
+def test_long_poll_lets_keyboard_interrupt_through(endpoints):
+    # interrupt_main() only sets the "signal arrived" flag (no real signal, no
+    # EINTR): poll must notice it on its own periodic wake-ups.
+    with pair(endpoints, "inproc", "pull", "caller", Collector()) as (pub, sub, _):
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                timer.start()     # inside: even a late timer cannot land outside
+                sub.poll(timeout=DEADLINE)
+        finally:
+            timer.cancel()
+            timer.join()
+        # still usable afterwards
+        pub.send(b"t", 7)
+        assert sub.poll(timeout=DEADLINE, max_messages=1) == 1
+
+
+@pytest.mark.parametrize("mode", ["native", "python"])
+def test_poll_on_thread_mode_subscription_raises(endpoints, mode):
+    with pair(endpoints, "inproc", "pull", mode, Collector()) as (pub, sub, _):
+        with pytest.raises(STATE_ERRORS):
+            sub.poll(timeout=0)

@@ -12,6 +12,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, MODES, Collector, mode_kwargs, thread_count, wait_for
 
+pytestmark = pytest.mark.threads
+
 
 def deliver_until(sub, mode, done):
     """Wait until the event ``done`` is set; in caller mode, poll meanwhile."""

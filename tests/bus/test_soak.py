@@ -177,7 +177,7 @@ def test_soak_10m_messages_with_subscription_churn(ipc_dir):
                  baseline["rss"] / 2**20, baseline["threads"], baseline["fds"],
                  end["rss"] / 2**20, end["threads"], end["fds"]))
     print("\n" + report)
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "soak-report.txt"), "a") as f:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "soak-report.txt"), "a") as f:
         f.write(report + "\n")
     assert sent == TOTAL and received == sent
     assert all(n == SUB_MESSAGES for n in per_sub)

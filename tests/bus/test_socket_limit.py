@@ -19,6 +19,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, script_env, wait_for
 
+pytestmark = pytest.mark.threads
+
 MODES = ["native", "python", "caller"]
 
 

@@ -18,6 +18,10 @@ import upcall
 from upcall.handler import Handler
 from upcall.native import Count, FieldFilter
 from helpers import DEADLINE, MODES, mode_kwargs, wait_for
+from bus_pair import pair
+from helpers import Collector, STATS_KEYS
+
+pytestmark = pytest.mark.threads
 
 N = 60                         # 12 of each kind of message below
 BAD = b"\x81\xa2px\xc1"        # a map whose value is the reserved byte 0xc1
@@ -164,3 +168,36 @@ def test_counters_add_up_when_a_target_stops(kind, mode):
         assert st["decode_errors"] == exp["decode_errors"]
         assert st["callback_errors"] == exp["callback_errors"]
         assert st["dropped"] == st["received"] - (N + 1)
+
+
+# --- stats ------------------------------------------------------------------
+
+def test_stats_keys_and_counts(endpoints):
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "native", col) as (pub, sub, _):
+        stats = sub.stats
+        assert isinstance(stats, dict)
+        assert STATS_KEYS <= set(stats), "missing stats keys: %s" % (STATS_KEYS - set(stats))
+        assert all(stats[k] == 0 for k in STATS_KEYS), stats
+        for i in range(100):
+            pub.send(b"t", i)
+        col.wait(100)
+        wait_for(lambda: sub.stats["delivered"] == 100, what=lambda: repr(sub.stats))
+        stats = sub.stats
+        assert stats["received"] == 100
+        assert stats["decode_errors"] == stats["callback_errors"] == stats["dropped"] == 0
+        assert 1 <= stats["batches"] <= 100
+        assert all(isinstance(stats[k], int) for k in STATS_KEYS)
+
+
+def test_stats_readable_after_close(endpoints):
+    # Assumption: the final counters stay readable once closed (a user reads
+    # them after shutdown).
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "native", col) as (pub, sub, _):
+        for i in range(10):
+            pub.send(b"t", i)
+        col.wait(10)
+        sub.close()
+        assert sub.closed
+        assert sub.stats["delivered"] == 10

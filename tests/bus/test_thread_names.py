@@ -18,6 +18,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, make_pump, wait_for
 
+pytestmark = pytest.mark.threads
+
 
 class Seen:
     """A target recording, from the delivery thread, what Python and the OS

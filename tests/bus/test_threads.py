@@ -9,6 +9,8 @@ import upcall
 from upcall._bus import _subscribe_per_upcall
 from helpers import DEADLINE, Collector, make_msg, wait_for
 
+pytestmark = pytest.mark.threads
+
 
 def where():
     """What the target sees about the thread it runs on."""

@@ -12,7 +12,7 @@ import pytest
 
 import upcall
 
-SUITE = Path(__file__).resolve().parents[1].parent / "shared/conformance/msgpack-test-suite.json"
+SUITE = Path(__file__).resolve().parents[2].parent / "shared/conformance/msgpack-test-suite.json"
 
 
 def _load():

@@ -19,6 +19,8 @@ from upcall.handler import Handler
 from upcall.native import FieldFilter
 from helpers import DEADLINE, Collector, mode_kwargs, wait_for
 
+pytestmark = pytest.mark.threads
+
 try:
     import msgspec
 except ImportError:

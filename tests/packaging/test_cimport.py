@@ -12,7 +12,7 @@ import upcall
 
 pytest.importorskip("Cython")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 
 SETUP = textwrap.dedent("""
     import os
@@ -66,6 +66,7 @@ RUN = textwrap.dedent("""
 
 
 # Past its subprocesses' own limits (600 s build, 120 s run).
+@pytest.mark.build
 @pytest.mark.timeout(600 + 120 + 60)
 def test_cimport_handler_builds_and_receives(tmp_path):
     shutil.copy(os.path.join(HERE, "cimport_example", "my_handlers.pyx"), tmp_path)

@@ -16,7 +16,9 @@ import pytest
 
 import upcall
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytest.importorskip("lz4.block")
 pytest.importorskip("Cython")

@@ -10,6 +10,8 @@ import pytest
 
 from helpers import MODE_PRELUDE, free_tcp_port, script_env
 
+pytestmark = pytest.mark.threads
+
 EXIT_TIMEOUT = 30
 
 PRELUDE = MODE_PRELUDE + textwrap.dedent("""

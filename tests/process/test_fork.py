@@ -19,6 +19,8 @@ import pytest
 
 from helpers import DEADLINE, script_env
 
+pytestmark = pytest.mark.threads
+
 MODES = ["native", "python", "caller", "executor"]
 
 SCRIPT = textwrap.dedent('''

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 CONFIG = os.path.join(os.path.dirname(HERE), "pyproject.toml")
 # The inner runs' limits: 1 s per test, the watchdog 1 s after that.
 LIMITS = ["-o", "timeout=1", "-o", "hang_watchdog_grace=1"]

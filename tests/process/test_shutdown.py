@@ -17,6 +17,8 @@ import pytest
 
 from helpers import MODE_PRELUDE, script_env
 
+pytestmark = pytest.mark.threads
+
 # The bound for "ends with the expected status".  It is a hang
 # detector, not a performance threshold: each script ends in well under 1 s.
 END_WITHIN = 10.0

@@ -18,6 +18,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, mode_kwargs
 
+pytestmark = pytest.mark.threads
+
 latencies = []
 
 

@@ -32,6 +32,8 @@ import pytest
 import upcall
 from helpers import script_env, wait_for
 
+pytestmark = pytest.mark.threads
+
 ASYNCHRONOUS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                 signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCHLD,
                 signal.SIGPIPE)
@@ -206,7 +208,7 @@ def test_wait_raises_keyboard_interrupt_for_a_signal_the_main_thread_did_not_tak
 
 
 def test_the_subscriber_example_ends_on_ctrl_c():
-    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            "examples", "subscriber.py")
     proc = subprocess.Popen([sys.executable, example, "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,

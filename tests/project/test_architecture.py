@@ -9,8 +9,9 @@ rule of the tests themselves, read the same way.
 import ast
 import pathlib
 import re
+import subprocess
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 SYNTH_FILES = {"sub_synth.c", "synth.h"}
 
@@ -49,9 +50,43 @@ def test_child_interpreters_started_with_dash_c_run_outside_the_source_tree():
     # only) instead of the one under test, and fails on every other CPython
     # (test_coalesce_tx's exit test did, in `make test-threads-all`).
     bad = []
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and _runs_python_c(node)
                     and not any(k.arg == "cwd" for k in node.keywords)):
-                bad.append(f"{path.name}:{node.lineno}")
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, "python -c without cwd=: " + ", ".join(bad)
+
+
+# A tracker's number ("issue" and a number after it) means nothing to a
+# reader of this tree: no tracker comes with it.  Code, tests and docs name
+# the feature instead.
+TRACKER_NUMBER = re.compile(r"\bissues?[\s#_-]*[0-9]", re.IGNORECASE)
+
+
+def tree_files():
+    """Every file of the tree: git's list when this is a checkout (what is
+    committed or about to be), else every file outside build products."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", "build", "dist", "__pycache__"}
+        return [p for p in ROOT.rglob("*") if p.is_file()
+                and not any(part in skip or part.startswith(".venv") for part in p.relative_to(ROOT).parts)]
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def test_no_tracker_numbers_in_the_tree():
+    found = []
+    for path in tree_files():
+        if TRACKER_NUMBER.search(path.name):
+            found.append(f"{path.relative_to(ROOT)}: the file's name")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):     # binary (corpora, images) or gone
+            continue
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if TRACKER_NUMBER.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()[:80]}")
+    assert not found, "name the feature, not a tracker number:\n" + "\n".join(found)

@@ -28,7 +28,7 @@ import pytest
 
 from helpers import free_tcp_port, script_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 60
 
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
@@ -92,7 +92,7 @@ def test_every_block_is_a_program_or_marked():
     unmarked = [f"{b.id} ({b.lang or 'no language'})" for b in BLOCKS
                 if not (b.program or b.fragment or b.output)]
     assert not unmarked, ("code blocks that are neither a python program nor marked as a "
-                          "fragment (see tests/test_docs.py): " + ", ".join(unmarked))
+                          "fragment (see tests/project/test_docs.py): " + ", ".join(unmarked))
     orphans = [b.id for b in BLOCKS if b.output
                and not any(p.expected is not None and p.expected == b.text.splitlines()
                            for p in PROGRAMS)]

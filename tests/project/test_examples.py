@@ -9,7 +9,7 @@ import pytest
 
 from helpers import script_env
 
-EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "examples")
 TIMEOUT = 60
 

@@ -28,8 +28,9 @@ from helpers import DEADLINE, script_env
 # poll(2) and ppoll(2), as /proc/<pid>/task/<tid>/syscall numbers them.
 POLL_SYSCALLS = {"x86_64": ("7", "271"), "aarch64": ("73",)}.get(platform.machine())
 
-pytestmark = pytest.mark.skipif(POLL_SYSCALLS is None,
-                                reason="poll(2) syscall numbers unknown for this machine")
+pytestmark = [pytest.mark.threads,
+              pytest.mark.skipif(POLL_SYSCALLS is None,
+                                 reason="poll(2) syscall numbers unknown for this machine")]
 
 PRELUDE = textwrap.dedent("""
     import logging, os, sys, threading, time, traceback, weakref

@@ -15,6 +15,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, Collector
 
+pytestmark = pytest.mark.threads
+
 
 def interrupter(how):
     """Deliver Ctrl-C to the main thread: a real SIGINT (which also makes

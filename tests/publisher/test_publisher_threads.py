@@ -15,6 +15,8 @@ import pytest
 import upcall
 from helpers import DEADLINE, Collector, Sender, wait_for, warm_up
 
+pytestmark = pytest.mark.threads
+
 N_THREADS = 3
 PER_THREAD = 10_000
 BASE = dt.datetime(2020, 1, 1)

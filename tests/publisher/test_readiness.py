@@ -16,6 +16,8 @@ import zmq
 import upcall
 from helpers import DEADLINE, TRANSPORTS, Collector, wait_for
 
+pytestmark = pytest.mark.threads
+
 
 def count(pub):
     return pub.wait_subscriptions(0, timeout=0)

@@ -15,6 +15,7 @@ topic, the byte offset and the reason, and every good message arrived, in
 order.  For native threads, Python threads and caller delivery.
 """
 import random
+import re
 
 import pytest
 import zmq
@@ -22,6 +23,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 import upcall
 from helpers import DEADLINE, PROBE, PROBE_TOPIC, Collector, make_msg, mode_kwargs, wait_for
+from bus_pair import pair
+from helpers import MODES
+
+pytestmark = pytest.mark.threads
 
 MAX_MESSAGE_SIZE = 64 * 1024
 
@@ -256,3 +261,50 @@ def test_max_message_size_counts_per_frame(endpoints, mode):
             sub.close(timeout=DEADLINE)
     finally:
         zctx.destroy(linger=0)
+
+
+# --- decode errors ----------------------------------------------------------------
+
+# A 4-element array whose 4th element is the reserved byte 0xc1, at offset 19.
+BAD_PAYLOAD = b"\x94" + b"\xa5hello" * 3 + b"\xc1"
+BAD_OFFSET = 19
+BAD_TOPIC = b"badtopic"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_decode_error_between_good_messages_on_error(endpoints, mode):
+    errors = []
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", mode, col, on_error=lambda e, m: errors.append(e)) \
+            as (pub, sub, pump):
+        pub.send(b"ok", {"first": 1})
+        pub.send_packed(BAD_TOPIC, BAD_PAYLOAD)
+        pub.send(b"ok", {"second": 2})
+        col.wait(2, pump=pump)
+        wait_for(lambda: sub.stats["decode_errors"] == 1, what=lambda: repr(sub.stats))
+        assert col.items == [{"first": 1}, {"second": 2}]
+        assert len(errors) == 1
+        exc = errors[0]
+        assert isinstance(exc, upcall.DecodeError), repr(exc)
+        text = str(exc)
+        assert re.search(r"\b%d\b" % BAD_OFFSET, text), "no byte offset in %r" % text
+        assert "badtopic" in text, "no topic in %r" % text
+        wait_for(lambda: sub.stats["delivered"] == 2, what=lambda: repr(sub.stats))
+        assert sub.stats["callback_errors"] == 0
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x92\x01", b"\xdb\xff\xff\xff\xff",
+                                     b"\x91" * 100_000, b"\x01\x02"])
+def test_malformed_payloads_never_stop_delivery(endpoints, payload):
+    # empty, truncated, length past the end, nesting too deep, trailing bytes
+    errors = []
+    col = Collector()
+    with pair(endpoints, "inproc", "pull", "native", col,
+              on_error=lambda e, m: errors.append(e)) as (pub, sub, _):
+        pub.send(b"ok", 1)
+        pub.send_packed(b"bad", payload)
+        pub.send(b"ok", 2)
+        col.wait(2)
+        wait_for(lambda: sub.stats["decode_errors"] == 1, what=lambda: repr(sub.stats))
+    assert col.items == [1, 2]
+    assert len(errors) == 1 and isinstance(errors[0], upcall.DecodeError), errors

@@ -24,6 +24,8 @@ from upcall import _bus
 from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
                      wait_for)
 
+pytestmark = pytest.mark.threads
+
 THRESHOLD = 4096
 SMALL, LARGE = 100, 200_000
 
@@ -381,7 +383,7 @@ MALFORMED = [
     ("version", [b"t", msgpack.packb([_ref(2, 4, version=2)]), b"abcd"], "oob_version"),
     ("flags_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=2)]), b"abcd"], "oob_flags"),
     ("short_ref", [b"t", msgpack.packb([msgpack.ExtType(126, b"\x01" * 8)]), b"abcd"], "oob_length"),
-    # coalesced payloads (ext 127) are split (tests/test_coalesce_rx.py), but
+    # coalesced payloads (ext 127) are split (tests/wire/test_coalesce_rx.py), but
     # not with frames after them, and one level only
     ("coalesced_with_frame", [b"t", b"\xc9\x00\x00\x00\x02\x7f\x01\xc0", b"abcd"], "batch_oob"),
     ("coalesced_nested", [b"t", b"\xc9\x00\x00\x00\x04\x7f\x01\xd4\x7f\x01"], "coalesced"),
@@ -432,7 +434,7 @@ def test_value_over_4_gib(endpoints):
 
 def test_send_returns_none_unless_a_buffer_is_held(endpoints):
     """send() returned None before out-of-band frames; code that waits with
-    `pub.send(...) or arrived()` (tests/test_curve.py does) must keep
+    `pub.send(...) or arrived()` (tests/bus/test_curve.py does) must keep
     working: only a message holding buffers returns a Sent (truthy)."""
     col = Collector()
     with upcall.Bus() as bus:

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 import zmq
 
-WIRE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "wire.md"
+WIRE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "wire.md"
 
 
 def fragment(title):
