@@ -16,6 +16,9 @@ OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
 OTHER_VERSIONS := $(foreach py,$(OTHER_PYTHONS),$(basename $(patsubst $(PYENV_ROOT)/versions/%/bin/python3,%,$(py))))
 # Their environments, one per minor version: .venv-3.13/.installed.
 THREAD_ENVS := $(OTHER_VERSIONS:%=.venv-%/.installed)
+# What they are installed from: remade when one of these changes.
+THREAD_ENV_DEPS := pyproject.toml $(wildcard setup.py meson.build meson.options csrc/*.[ch] \
+                   upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/*.py upcall/includes/*.pxd)
 # pytest-xdist workers for `make test`: most tests wait on sockets, threads and
 # child processes rather than compute, so more workers than cores pay off on
 # this 2-core machine; every test makes its own endpoints, ports and folders.
@@ -101,7 +104,7 @@ thread-envs: build
 
 # One environment per other CPython, with upcall installed (not editable: the
 # source tree's extensions are built for this .venv's CPython only).
-.venv-%/.installed: pyproject.toml $(SOURCES) | .deps.stamp
+.venv-%/.installed: $(THREAD_ENV_DEPS) | .deps.stamp
 	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python3 | head -n1); \
 	[ -x .venv-$*/bin/python ] || $$py -m venv .venv-$* || exit 1; \
 	echo "== installing upcall for CPython $* ($$py)"; \
