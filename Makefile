@@ -22,7 +22,10 @@ THREAD_ENV_DEPS := pyproject.toml $(wildcard setup.py meson.build meson.options 
 # pytest-xdist workers for `make test`: most tests wait on sockets, threads and
 # child processes rather than compute, so more workers than cores pay off on
 # this 2-core machine; every test makes its own endpoints, ports and folders.
-TEST_WORKERS ?= 4
+# The main run has more: three of its workers spend their first minutes
+# waiting on the builds of tests/packaging/ (tests marked build go first).
+TEST_WORKERS ?= 6
+THREAD_WORKERS ?= 4
 # `-m` replaces addopts' `-m`: keep soak and huge out of the threaded runs.
 THREADS_MARK := threads and not soak and not huge
 
@@ -73,7 +76,7 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 # after the other (thread-envs): each `pip install .` builds in the source
 # tree (build/, upcall.egg-info/).  `-n`:
 # pytest-xdist, workers as above; --dist loadgroup keeps a module that builds
-# its files once (tests/packaging/test_packaging.py, xdist_group) on one worker.
+# its files once (tests/packaging/, tests/conftest.py) on one worker.
 test: build
 	@$(MAKE) --no-print-directory -j3 ctest test-main thread-envs
 	@$(MAKE) --no-print-directory test-threads-all
@@ -94,7 +97,7 @@ test-main: build
 test-threads-all: $(THREAD_ENVS)
 	@for v in $(OTHER_VERSIONS); do \
 	  echo "== threaded tests on CPython $$v"; \
-	  (cd /tmp && $(CURDIR)/.venv-$$v/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+	  (cd /tmp && $(CURDIR)/.venv-$$v/bin/pytest -q -p no:cacheprovider -n $(THREAD_WORKERS) \
 	    --dist loadgroup -m "$(THREADS_MARK)" $(CURDIR)/tests) || exit 1; \
 	done
 

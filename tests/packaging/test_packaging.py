@@ -25,8 +25,7 @@ pytest.importorskip("auditwheel", reason="needs the dist extra (make test instal
 
 # Past the subprocesses' own limits: the first test sets up `dist` (900 s), and
 # the longest test runs up to 1260 s of its own.
-# One worker builds `dist` once for the whole module (make test: --dist loadgroup).
-pytestmark = [pytest.mark.build, pytest.mark.xdist_group("dist"), pytest.mark.timeout(900 + 1260 + 60)]
+pytestmark = [pytest.mark.build, pytest.mark.timeout(900 + 1260 + 60)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "tests")
