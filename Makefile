@@ -13,16 +13,21 @@ PYENV_ROOT  ?= $(HOME)/.pyenv
 OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.12.*/bin/python3 \
                             $(PYENV_ROOT)/versions/3.13.*/bin/python3)
-THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py tests/test_exit.py \
-                tests/test_reentrancy.py tests/test_backpressure.py tests/test_lifecycle.py \
-                tests/test_fork.py tests/test_socket_limit.py tests/test_faults_sub.py \
-                tests/test_sigint_sub.py tests/test_stats_invariant.py \
-                tests/test_publisher_threads.py tests/test_publisher_interrupt.py tests/test_aio.py \
-                tests/test_endpoints.py tests/test_logging.py tests/test_thread_names.py \
-                tests/test_readiness.py tests/test_oob.py tests/test_decoder.py \
-                tests/test_compression.py tests/test_zstd.py tests/test_coalesce_rx.py tests/test_coalesce_tx.py \
-                tests/test_coalesce_close.py tests/test_signals.py \
-                tests/test_many_topics.py
+OTHER_VERSIONS := $(foreach py,$(OTHER_PYTHONS),$(basename $(patsubst $(PYENV_ROOT)/versions/%/bin/python3,%,$(py))))
+# Their environments, one per minor version: .venv-3.13/.installed.
+THREAD_ENVS := $(OTHER_VERSIONS:%=.venv-%/.installed)
+# What they are installed from: remade when one of these changes.
+THREAD_ENV_DEPS := pyproject.toml $(wildcard setup.py meson.build meson.options csrc/*.[ch] \
+                   upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/*.py upcall/includes/*.pxd)
+# pytest-xdist workers for `make test`: most tests wait on sockets, threads and
+# child processes rather than compute, so more workers than cores pay off on
+# this 2-core machine; every test makes its own endpoints, ports and folders.
+# The main run has more: three of its workers spend their first minutes
+# waiting on the builds of tests/packaging/ (tests marked build go first).
+TEST_WORKERS ?= 6
+THREAD_WORKERS ?= 4
+# `-m` replaces addopts' `-m`: keep soak and huge out of the threaded runs.
+THREADS_MARK := threads and not soak and not huge
 
 .PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
 
@@ -51,7 +56,7 @@ deps: .deps.stamp
 	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
 	done
 	@if ! command -v ip >/dev/null 2>&1; then \
-	  echo "ip not found: installing iproute2 with apt-get (tests/test_netns.py)"; \
+	  echo "ip not found: installing iproute2 with apt-get (tests/bus/test_netns.py)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 >/dev/null; \
@@ -70,37 +75,58 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 	$(PY) setup.py -q build_ext --inplace
 	@touch $@
 
-test: build ctest
-	$(PY) -m pytest -q
-	$(MAKE) --no-print-directory test-threads-all
+# The other CPythons' environments are installed (and their extensions built)
+# while this one's tests run: they need CPU, the tests mostly wait.  One
+# after the other (thread-envs): each `pip install .` builds in the source
+# tree (build/, upcall.egg-info/).  `-n`:
+# pytest-xdist, workers as above; --dist loadgroup keeps a module that builds
+# its files once (tests/packaging/, tests/conftest.py) on one worker.
+test: build
+	@$(MAKE) --no-print-directory -j3 ctest test-main thread-envs
+	@$(MAKE) --no-print-directory test-threads-all
 
-# Thread-state and finalization behaviour differ between CPython versions:
-# the threaded tests also run on every other supported CPython found here.
-test-threads-all: build
-	@for py in $(OTHER_PYTHONS); do \
-	  v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-	  env=.venv-$$v; \
+.PHONY: test-main
+test-main: build
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# Thread-state and finalization behaviour differ between CPython versions: the
+# tests marked `threads` (pyproject.toml) also run on every other CPython found
+# here.  A pytest marker and this loop rather than nox or tox: the versions
+# are the pyenv ones this Makefile already finds, each environment is made
+# once and kept while the sources do not change (nox and tox would add a tool
+# and remake or re-check their environments on every run), and a new threaded
+# test joins the matrix by its marker, not by a list kept here.  Run from
+# outside the tree: pytest-xdist puts a worker's working directory first on
+# sys.path, and the source tree's upcall/ is built for this .venv only.
+test-threads-all: $(THREAD_ENVS)
+	@for v in $(OTHER_VERSIONS); do \
 	  echo "== threaded tests on CPython $$v"; \
-	  [ -x $$env/bin/python ] || $$py -m venv $$env || exit 1; \
-	  $$env/bin/python -m pip install -q --upgrade pip || exit 1; \
-	  $$env/bin/python -m pip install -q ".[test]" || exit 1; \
-	  $$env/bin/pytest -q -p no:cacheprovider $(wildcard $(THREAD_TESTS)) || exit 1; \
+	  (cd /tmp && $(CURDIR)/.venv-$$v/bin/pytest -q -p no:cacheprovider -n $(THREAD_WORKERS) \
+	    --dist loadgroup -m "$(THREADS_MARK)" $(CURDIR)/tests) || exit 1; \
 	done
+
+.PHONY: thread-envs
+thread-envs: build
+	@$(MAKE) --no-print-directory -j1 $(THREAD_ENVS)
+
+# One environment per other CPython, with upcall installed (not editable: the
+# source tree's extensions are built for this .venv's CPython only).
+.venv-%/.installed: $(THREAD_ENV_DEPS) | .deps.stamp
+	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python3 | head -n1); \
+	[ -x .venv-$*/bin/python ] || $$py -m venv .venv-$* || exit 1; \
+	echo "== installing upcall for CPython $* ($$py)"; \
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check ".[test]"
+	@touch $@
 
 # Ctrl-C while delivery runs, STRESS_RUNS times in a row (default 200) per
 # CPython (this .venv and every other one test-threads-all uses) and delivery
 # mode, under CPU load: tools/stress_sigint.py starts two CPU-bound processes
 # for the whole run and stops them. Not part of `make test` (minutes).
 STRESS_RUNS ?= 200
-stress-sigint: build
+stress-sigint: build $(THREAD_ENVS)
 	@pys="--python $(abspath $(PY))"; \
-	for py in $(OTHER_PYTHONS); do \
-	  v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-	  env=.venv-$$v; \
-	  [ -x $$env/bin/python ] || $$py -m venv $$env || exit 1; \
-	  $$env/bin/python -m pip install -q --upgrade pip || exit 1; \
-	  $$env/bin/python -m pip install -q ".[test]" || exit 1; \
-	  pys="$$pys --python $(CURDIR)/$$env/bin/python"; \
+	for v in $(OTHER_VERSIONS); do \
+	  pys="$$pys --python $(CURDIR)/.venv-$$v/bin/python"; \
 	done; \
 	$(PY) tools/stress_sigint.py --runs $(STRESS_RUNS) $$pys
 
@@ -154,9 +180,9 @@ fuzz-merge: build .clang.stamp
 	@touch $@
 
 # Out-of-band values over 4 GiB (msgpack's bin limit does not apply): opt-in,
-# they map several GiB of address space (tests/test_oob.py, marker huge).
+# they map several GiB of address space (tests/wire/test_oob.py, marker huge).
 test-huge: build
-	$(PY) -m pytest -q -p no:cacheprovider -m huge tests/test_oob.py
+	$(PY) -m pytest -q -p no:cacheprovider -m huge tests/wire/test_oob.py
 
 soak: build
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider

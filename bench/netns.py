@@ -10,7 +10,7 @@ process's own namespace.  Each end's egress goes through a token bucket
 (``tc qdisc ... tbf rate RATE``), so each direction carries at most RATE:
 a link where a byte saved is time saved, as between two hosts, unlike
 loopback.  The namespaces (and so the veth pair) are deleted on leaving the
-``with``, on an exception, Ctrl-C or SIGTERM alike (tests/test_netns.py sets
+``with``, on an exception, Ctrl-C or SIGTERM alike (tests/bus/test_netns.py sets
 up its link the same way).
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@
  * wire.h (the wire format's numbers, which this header includes), split.h
  * (the fault codes of a uc_msg) and msgpack.h.  Every other header of csrc/
  * is internal (the bridge's and the C core's own) and stays in the source
- * tree; tests/test_architecture.py checks that the wheel ships exactly
+ * tree; tests/project/test_architecture.py checks that the wheel ships exactly
  * these four.
  *
  * Where this header is implemented, one object per file: bus.c (uc_bus_*),

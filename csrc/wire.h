@@ -10,7 +10,7 @@
  * multi-byte integer here is big-endian, as in msgpack itself.
  *
  * Writer and reader of each structure use the inlines below, so that the
- * two cannot disagree; tests/test_wire_definitions.py fails when one of
+ * two cannot disagree; tests/wire/test_wire_definitions.py fails when one of
  * these numbers is written as a literal anywhere else in csrc/, upcall/ or
  * bench/.  Test vectors (csrc/tests, tests/) spell the bytes out on
  * purpose: they check these definitions from the outside.

@@ -13,7 +13,7 @@
 # (fuzz/seeds/<name>, hand-written) and corpus (fuzz/corpus/<name>, what
 # earlier runs found, minimized by `fuzz/run.sh merge`).  A crash
 # leaves its input as build/fuzz-artifacts/<name>/crash-*; turn it into a
-# regression test (tests/test_bad_input.py or tests/test_codec*.py).
+# regression test (tests/wire/test_bad_input.py or tests/codec/test_codec*.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -95,6 +95,38 @@ def pytest_runtest_protocol(item):
         faulthandler.cancel_dump_traceback_later()
 
 
+def pytest_collection_modifyitems(config, items):
+    # The tests that build (marker build) take minutes each: first, so that
+    # with pytest-xdist (make test) they start at once on their own workers
+    # while the other workers share the rest, instead of starting last and
+    # running alone at the end.  A stable sort: every worker collects the
+    # same order, as xdist requires.
+    items.sort(key=lambda item: item.get_closest_marker("build") is None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    # --dist loadgroup (make test), and each module of tests/packaging/ on one
+    # worker: their tests share what the module builds once (a module-scoped
+    # fixture), which every worker running one of them would build again.
+    # xdist_group marks cannot say it: pytest-xdist 3.8 loses them under
+    # pytest 9.2 (it renames the node ids the workers report, which 9.2 no
+    # longer lets it do).  Every other test goes to the next free worker.
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            if len(parts) >= 2 and parts[-2] == "packaging":
+                return path
+            return super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
+
+
 @pytest.fixture
 def ipc_dir():
     # Short path: ipc:// paths are limited to ~107 bytes (sun_path), and

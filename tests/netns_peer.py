@@ -1,7 +1,7 @@
 """A bus peer in its own process, driven line by line over stdin/stdout.
 
-Run by tests/test_netns.py inside a network namespace (``ip netns exec``) and
-by tests/test_curve.py as an out-of-process CURVE publisher.  Everything it
+Run by tests/bus/test_netns.py inside a network namespace (``ip netns exec``) and
+by tests/bus/test_curve.py as an out-of-process CURVE publisher.  Everything it
 reports goes to its stdout; it talks to the test over no socket.
 
     netns_peer.py pub --kind pub|push --endpoint EP [--connect]

@@ -116,19 +116,19 @@ if [ $# -gt 0 ]; then
     exit
 fi
 existing() { for t in "$@"; do [ -f "$t" ] && printf ' %s' "$t"; done; return 0; }
-inproc=$(existing tests/test_bus.py tests/test_threads.py tests/test_reentrancy.py \
-         tests/test_backpressure.py tests/test_bad_input.py tests/test_lifecycle.py \
-         tests/test_faults_sub.py tests/test_sigint_sub.py \
-         tests/test_stats_invariant.py \
-         tests/test_publisher_threads.py tests/test_publisher_interrupt.py \
-         tests/test_decoder.py tests/test_readiness.py tests/test_endpoints.py \
-         tests/test_thread_names.py tests/test_compression.py tests/test_coalesce_rx.py)
-exiting=$(existing tests/test_shutdown.py tests/test_exit.py tests/test_fork.py \
-         tests/test_socket_limit.py tests/test_logging.py tests/test_oob.py \
-         tests/test_coalesce_tx.py)
-TSAN_FILES=$(existing tests/test_bus.py tests/test_threads.py \
-             tests/test_publisher_threads.py tests/test_publisher_interrupt.py \
-             tests/test_coalesce_tx.py)
+inproc=$(existing tests/bus/test_bus.py tests/publisher/test_publisher.py tests/bus/test_threads.py tests/bus/test_reentrancy.py \
+         tests/bus/test_backpressure.py tests/wire/test_bad_input.py tests/bus/test_lifecycle.py \
+         tests/bus/test_faults_sub.py tests/process/test_sigint_sub.py \
+         tests/bus/test_stats_invariant.py \
+         tests/publisher/test_publisher_threads.py tests/publisher/test_publisher_interrupt.py \
+         tests/codec/test_decoder.py tests/publisher/test_readiness.py tests/bus/test_endpoints.py \
+         tests/bus/test_thread_names.py tests/codec/test_compression.py tests/wire/test_coalesce_rx.py)
+exiting=$(existing tests/process/test_shutdown.py tests/process/test_exit.py tests/process/test_fork.py \
+         tests/bus/test_socket_limit.py tests/bus/test_logging.py tests/wire/test_oob.py \
+         tests/publisher/test_coalesce_tx.py)
+TSAN_FILES=$(existing tests/bus/test_bus.py tests/publisher/test_publisher.py tests/bus/test_threads.py \
+             tests/publisher/test_publisher_threads.py tests/publisher/test_publisher_interrupt.py \
+             tests/publisher/test_coalesce_tx.py)
 if [ "$sanitizer" != thread ]; then
     asan 1 $inproc
     asan "${UPCALL_DETECT_LEAKS:-0}" $exiting

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""A downstream user's own handlers, compiled by tests/test_cimport.py.
+"""A downstream user's own handlers, compiled by tests/packaging/test_cimport.py.
 
 Built the way a user builds one (see README "Handlers"): cythonize with
 upcall importable, include_dirs=upcall.get_include().

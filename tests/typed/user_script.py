@@ -1,5 +1,5 @@
 """A typed program using upcall's public API: ``mypy --strict`` must find
-nothing to report in it (tests/test_stubs.py).  Not run, only checked."""
+nothing to report in it (tests/packaging/test_stubs.py).  Not run, only checked."""
 from __future__ import annotations
 
 import concurrent.futures

@@ -1,0 +1,180 @@
+"""The C core's layering, checked by reading its sources as text.
+
+csrc/ builds and tests without Python, and the synthetic benchmark source is
+kept apart from the subscription life cycle and the zmq source: the core
+reaches it only through the ops table (csrc/sub_impl.h).  The object model:
+the shared code asks a source's optional ops, never which kind it is; the
+publisher's files see a subscription only through csrc/sub_caller.h; the
+wheel ships the public headers and .pxd files only.  That csrc/*.c compiles
+with -Wall -Wextra -Werror is `make -C csrc test`'s job.  And one rule of the
+tests themselves, read the same way.
+"""
+import ast
+import pathlib
+import re
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CSRC = ROOT / "csrc"
+SYNTH_FILES = {"sub_synth.c", "synth.h"}
+
+
+def core_sources():
+    return sorted(p for p in CSRC.rglob("*") if p.suffix in (".c", ".h"))
+
+
+def test_the_c_core_does_not_include_python():
+    assert core_sources()
+    offenders = [str(p.relative_to(CSRC)) for p in core_sources()
+                 if re.search(r'Python\.h|#\s*include\s*[<"]Python', p.read_text())]
+    assert offenders == []
+
+
+def test_the_synthetic_source_stays_in_its_own_files():
+    for name in ("sub.c", "sub_zmq.c", "bus.h", "pub.c"):
+        assert (CSRC / name).is_file(), name
+    offenders = [p.name for p in CSRC.glob("*.[ch]")
+                 if p.name not in SYNTH_FILES and "synth" in p.read_text().lower()]
+    assert offenders == []
+
+
+def _runs_python_c(call: ast.Call) -> bool:
+    """subprocess.run/Popen([sys.executable, "-c", ...], ...)"""
+    if not call.args or not isinstance(call.args[0], ast.List):
+        return False
+    elts = call.args[0].elts
+    return (len(elts) >= 2 and ast.unparse(elts[0]) == "sys.executable"
+            and isinstance(elts[1], ast.Constant) and elts[1].value == "-c")
+
+
+def test_child_interpreters_started_with_dash_c_run_outside_the_source_tree():
+    # `python -c` puts the working directory first on sys.path: run from the
+    # source tree, the child imports its upcall/ (built for one CPython
+    # only) instead of the one under test, and fails on every other CPython
+    # (test_coalesce_tx's exit test did, in `make test-threads-all`).
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and _runs_python_c(node)
+                    and not any(k.arg == "cwd" for k in node.keywords)):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "python -c without cwd=: " + ", ".join(bad)
+
+
+def _includes(path):
+    return re.findall(r'^\s*#\s*include\s*"([^"]+)"', path.read_text(), re.M)
+
+
+def test_the_publisher_sees_no_subscription_internals():
+    # A send made inside a deliver needs two things of that subscription
+    # (its eventfd, whether it is stopping): sub_caller.h, not the struct.
+    files = sorted(CSRC.glob("pub*.[ch]"))
+    assert CSRC / "pub.c" in files
+    seen = {}
+    for path in files:
+        stack = list(_includes(path))
+        while stack:   # the headers it includes, and theirs
+            h = stack.pop()
+            if h not in seen.setdefault(path.name, set()) and (CSRC / h).is_file():
+                seen[path.name].add(h)
+                stack.extend(_includes(CSRC / h))
+    offenders = {name: sorted(hs & {"sub_impl.h"}) for name, hs in seen.items() if "sub_impl.h" in hs}
+    assert offenders == {}
+    fields = [p.name for p in files if re.search(r"caller_sub->|struct uc_sub\b", p.read_text())]
+    assert fields == []
+
+
+def test_the_shared_code_asks_the_op_never_the_kind():
+    # An optional op left NULL says "this kind does not do that"; comparing
+    # an ops table is asking which kind.  (A kind's own file may check that a
+    # uc_sub handed to its own API is one of its own: sub_synth.c does.)
+    offenders = []
+    for path in sorted(CSRC.glob("*.[ch]")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"&zmq_ops\b|\bops\s*!=", line):
+                offenders.append(f"{path.name}:{n}")
+            if (path.name in ("sub.c", "bus.c") or path.name.startswith("pub")) \
+                    and re.search(r"\bops\s*==", line):
+                offenders.append(f"{path.name}:{n}")
+    assert offenders == []
+
+
+def _package_data():
+    """[tool.setuptools.package-data] upcall = [...], read as text."""
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r"^\[tool\.setuptools\.package-data\]\s*\nupcall\s*=\s*\[(.*?)\]",
+                  re.sub(r"#[^\n]*", "", text), re.M | re.S)
+    assert m, "pyproject.toml: no [tool.setuptools.package-data] upcall = [...]"
+    return re.findall(r'"([^"]+)"', m.group(1))
+
+
+def _cimports(text):
+    return re.findall(r"^\s*from\s+(upcall(?:\.\w+)+)\s+cimport", text, re.M)
+
+
+def test_the_wheel_ships_exactly_the_public_headers():
+    data = _package_data()
+    # A glob over the headers ships whatever the build copied there.
+    assert [e for e in data if e.startswith("includes/") and "*" in e] == []
+    shipped_h = {e[len("includes/"):] for e in data if e.startswith("includes/") and e.endswith(".h")}
+    shipped_pxd = {ROOT / "upcall" / e for e in data if e.endswith(".pxd") and "*" not in e}
+    shipped_pxd |= {p for e in data if e.endswith(".pxd") and "*" in e
+                    for p in (ROOT / "upcall").glob(e)}
+    assert ROOT / "upcall" / "includes" / "bus.pxd" in shipped_pxd
+    # The public set: what the shipped .pxd files name, and what those headers include.
+    public, stack = set(), []
+    for pxd in shipped_pxd:
+        text = pxd.read_text()
+        for mod in _cimports(text):   # a shipped .pxd cimports shipped ones only
+            assert ROOT.joinpath(*mod.split(".")).with_suffix(".pxd") in shipped_pxd, (pxd.name, mod)
+        stack += re.findall(r'^\s*cdef extern from "([^"]+)"', text, re.M)
+    while stack:
+        h = stack.pop()
+        if h not in public and (CSRC / h).is_file():
+            public.add(h)
+            stack.extend(_includes(CSRC / h))
+    assert {"bus.h", "msgpack.h"} <= public
+    assert shipped_h == public
+    # bus.h names them, and setup.py copies those only.
+    bus_h = (CSRC / "bus.h").read_text()
+    section = bus_h[bus_h.index("Public and internal headers"):bus_h.index("#ifndef")]
+    assert sorted(h for h in public if h != "bus.h" and h not in section) == []
+    setup_py = ast.parse((ROOT / "setup.py").read_text())
+    copied = [ast.literal_eval(node.value) for node in ast.walk(setup_py)
+              if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == "PUBLIC_HEADERS" for t in node.targets)]
+    assert [sorted(pathlib.Path(h).name for h in c) for c in copied] == [sorted(public)]
+
+
+# A tracker's number ("issue" and a number after it) means nothing to a
+# reader of this tree: no tracker comes with it.  Code, tests and docs name
+# the feature instead.
+TRACKER_NUMBER = re.compile(r"\bissues?[\s#_-]*[0-9]", re.IGNORECASE)
+
+
+def tree_files():
+    """Every file of the tree: git's list when this is a checkout (what is
+    committed or about to be), else every file outside build products."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", "build", "dist", "__pycache__"}
+        return [p for p in ROOT.rglob("*") if p.is_file()
+                and not any(part in skip or part.startswith(".venv") for part in p.relative_to(ROOT).parts)]
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def test_no_tracker_numbers_in_the_tree():
+    found = []
+    for path in tree_files():
+        if TRACKER_NUMBER.search(path.name):
+            found.append(f"{path.relative_to(ROOT)}: the file's name")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):     # binary (corpora, images) or gone
+            continue
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if TRACKER_NUMBER.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()[:80]}")
+    assert not found, "name the feature, not a tracker number:\n" + "\n".join(found)
