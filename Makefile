@@ -57,7 +57,7 @@ deps: .deps.stamp
 # --- the Python package ----------------------------------------------------
 $(VENV)/.installed: pyproject.toml | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10"
+	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10,<3.4"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot,dist]"
 	@touch $@
 
