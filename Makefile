@@ -24,7 +24,7 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_coalesce_close.py tests/test_signals.py \
                 tests/test_many_topics.py
 
-.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel wheels test-wheels ctest sanitize fuzz fuzz-merge soak stress-sigint clean
 
 all: build
 
@@ -116,6 +116,19 @@ bench-full: build
 # dist/system-libzmq/: the same wheel before repair, loading the system libzmq.
 wheel: $(VENV)/.installed
 	PY=$(PY) tools/build-wheel.sh dist
+
+# dist/portable/: one wheel per supported CPython found here (pyenv), tagged
+# manylinux_2_28, with a lean libzmq built from Debian's source package (CURVE
+# through libsodium, nothing else); zig cc targets glibc 2.28.  Sources and
+# toolchain are cached in ~/.cache/upcall-portable.  Minutes the first time.
+wheels:
+	tools/build-portable-wheels.sh dist/portable
+
+# Builds the portable wheels, checks their tag and bundled libraries, and
+# round-trips messages with one of them in a Debian 11 root (debootstrap;
+# cached too).  Not part of `make test` (minutes, and root for the chroot).
+test-wheels: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider -m portable tests/test_portable_wheels.py
 
 # --- the C core on its own -------------------------------------------------
 ctest: .deps.stamp
