@@ -119,15 +119,11 @@ if [ ! -f "$prefix/.lz4" ]; then
     touch "$prefix/.lz4"
 fi
 if [ ! -f "$prefix/.sodium" ]; then
-    # SODIUM_STATIC: no default-visibility exports (configure adds
-    # -fvisibility=hidden), so libsodium's symbols stay inside libzmq.so and
-    # another libsodium in the process (pyzmq's wheel has one) cannot
-    # interpose on them, nor they on it.
-    log "libsodium (static, PIC, hidden symbols)"
+    log "libsodium (static, PIC)"
     b=$cache/build-sodium-$glibc
     rm -rf "$b" && cp -a "$sodium_src" "$b"
     (cd "$b" && { [ -x configure ] || autoreconf -fi >/dev/null 2>&1; } \
-     && ./configure -q CC="$CC" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" CFLAGS="-O2 -DSODIUM_STATIC" \
+     && ./configure -q CC="$CC" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" CFLAGS="-O2" \
             --prefix="$prefix" --disable-shared --enable-static --with-pic \
             --disable-dependency-tracking >/dev/null \
      && make -s -j"$jobs" install >/dev/null 2>&1)

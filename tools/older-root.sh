@@ -54,6 +54,9 @@ if [ ! -x "$py" ]; then
     rm -rf "$b" && mkdir -p "$b"
     tar -xf "$(ls "$src"/python3.11_*.orig.tar.* | head -1)" -C "$b"
     d=$(ls -d "$b"/Python-3.11*/ | head -1)
+    # setup.py adds the host's /usr/include/<multiarch>, whose glibc headers
+    # clash with zig's (every extension module fails): not for this build.
+    sed -i 's/^    def add_multiarch_paths(self):$/&\n        return/' "$d/setup.py"
     log "building CPython 3.11 for glibc 2.28 with zig (a few minutes)"
     # -Wno-date-time: zig makes __DATE__ (getbuildinfo.c) an error.
     (cd "$d" && ./configure -q CC="$cache/bin/zig-cc" AR="$cache/bin/zig-ar" CFLAGS="-Wno-date-time" \
