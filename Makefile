@@ -29,7 +29,7 @@ THREAD_WORKERS ?= 4
 # `-m` replaces addopts' `-m`: keep soak and huge out of the threaded runs.
 THREADS_MARK := threads and not soak and not huge
 
-.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel wheels test-wheels ctest sanitize fuzz fuzz-merge soak stress-sigint clean
 
 all: build
 
@@ -66,7 +66,7 @@ deps: .deps.stamp
 # --- the Python package ----------------------------------------------------
 $(VENV)/.installed: pyproject.toml | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10"
+	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10,<3.4"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot,dist]"
 	@touch $@
 
@@ -146,6 +146,19 @@ bench-full: build
 # dist/system-libzmq/: the same wheel before repair, loading the system libzmq.
 wheel: $(VENV)/.installed
 	PY=$(PY) tools/build-wheel.sh dist
+
+# dist/portable/: one wheel per supported CPython found here (pyenv), tagged
+# manylinux_2_28, with a lean libzmq built from Debian's source package (CURVE
+# through libsodium, nothing else); zig cc targets glibc 2.28.  Sources and
+# toolchain are cached in ~/.cache/upcall-portable.  Minutes the first time.
+wheels:
+	tools/build-portable-wheels.sh dist/portable
+
+# Builds the portable wheels, checks their tag and bundled libraries, and
+# round-trips messages with one of them in a Debian 11 root (debootstrap;
+# cached too).  Not part of `make test` (minutes, and root for the chroot).
+test-wheels: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider -m portable tests/test_portable_wheels.py
 
 # --- the C core on its own -------------------------------------------------
 ctest: .deps.stamp

@@ -12,7 +12,8 @@
  *     cached str already carries its hash for the dict insert;
  *   - ASCII strings built with PyUnicode_New + memcpy (UTF-8 decoding only
  *     for strings with a byte >= 0x80);
- *   - lists filled with PyList_SET_ITEM, dicts presized when large;
+ *   - lists filled with PyList_SET_ITEM (dicts grow as CPython grows them:
+ *     no public API presizes one);
  *   - no Python exception machinery until something actually fails: errors
  *     are a code + offset in the context, turned into one DecodeError at the
  *     top.
@@ -21,16 +22,12 @@
 #ifndef UPCALL_CODEC_C_H
 #define UPCALL_CODEC_C_H
 
-#include <Python.h>
+#include "_compat.h"   /* Python.h, and the version shims */
 #include <stdint.h>
 #include <string.h>
 
 #include "msgpack.h"
 #include "wire.h"
-
-#if PY_VERSION_HEX < 0x030B0000
-#include <longintrepr.h>
-#endif
 
 /* Decoder errors beyond the reader's MP_ERR_* codes. */
 enum {
@@ -400,13 +397,7 @@ static __attribute__((noinline)) PyObject *ucd_map(ucd_ctx *c, uint32_t n, Py_ss
     if (depth >= c->cfg->max_depth) return ucd_fail(c, MP_ERR_DEPTH, pos);
     if ((Py_ssize_t)n > c->cfg->max_len) return ucd_fail(c, UCD_ERR_MAX_LEN, pos);
     if (2 * (uint64_t)n > c->r.len - c->r.pos) return ucd_fail(c, MP_ERR_LENGTH, pos);
-    PyObject *dict;
-#if PY_VERSION_HEX < 0x030D0000
-    /* PyDict_New's table already holds 5 entries; presize only above that. */
-    dict = n > 5 ? _PyDict_NewPresized((Py_ssize_t)n) : PyDict_New();
-#else
-    dict = PyDict_New();
-#endif
+    PyObject *dict = PyDict_New();
     if (!dict) { c->err = UCD_ERR_PYTHON; return NULL; }
     depth++;
     for (uint32_t i = 0; i < n; i++) {
@@ -552,19 +543,9 @@ static int ucd_werr(int rc) {
 
 /* Any int (or subclass): int64/uint64 range, else OverflowError. */
 static int ucd_pack_int(PyObject *o, mp_writer *w) {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (PyLong_CheckExact(o) && _PyLong_IsCompact((PyLongObject *)o))
-        return mp_write_int(w, (int64_t)_PyLong_CompactValue((PyLongObject *)o)) ? ucd_werr(MP_ERR_NOMEM) : 0;
-#else
-    /* One 30-bit digit: the value without a function call. */
-    if (PyLong_CheckExact(o)) {
-        Py_ssize_t size = Py_SIZE(o);
-        if (size >= -1 && size <= 1) {
-            int64_t v = size == 0 ? 0 : (int64_t)((PyLongObject *)o)->ob_digit[0];
-            return mp_write_int(w, size < 0 ? -v : v) ? ucd_werr(MP_ERR_NOMEM) : 0;
-        }
-    }
-#endif
+    /* A compact int: the value without a function call (_compat.h). */
+    if (PyLong_CheckExact(o) && uc_py_long_is_compact(o))
+        return mp_write_int(w, uc_py_long_compact_value(o)) ? ucd_werr(MP_ERR_NOMEM) : 0;
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
