@@ -158,7 +158,7 @@ wheels:
 # round-trips messages with one of them in a Debian 11 root (debootstrap;
 # cached too).  Not part of `make test` (minutes, and root for the chroot).
 test-wheels: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider -m portable tests/test_portable_wheels.py
+	$(PY) -m pytest -q -p no:cacheprovider -m portable tests/packaging/test_portable_wheels.py
 
 # --- the C core on its own -------------------------------------------------
 ctest: .deps.stamp

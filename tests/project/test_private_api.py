@@ -9,7 +9,7 @@ Cython generates (upcall/*.c) is Cython's business, not read here.
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # A name that starts with _Py (not __Pyx, Cython's own prefix).
 PRIVATE = re.compile(r"(?<![A-Za-z0-9_])_Py[A-Za-z0-9_]+")

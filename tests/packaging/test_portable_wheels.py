@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = [pytest.mark.portable, pytest.mark.timeout(3600)]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAT = "manylinux_2_28_x86_64"
 MAX_GLIBC = (2, 28)
 # What a manylinux wheel may take from the system (PEP 600's list for x86_64).
