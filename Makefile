@@ -7,7 +7,13 @@
 PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
-SOURCES     := $(wildcard csrc/*.c csrc/*.h upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/includes/*.pxd) setup.py
+MESON       := $(VENV)/bin/meson
+# The editable install's build directory (meson-python rebuilds it when
+# upcall is imported); the sanitizer and fuzzing builds have their own.
+BUILD_DIR   := build/py
+# pyproject.toml's [build-system] requires: the editable install builds
+# without isolation, with these in .venv.
+BUILD_REQUIRES := "meson-python>=0.16" "meson>=1.2" "ninja" "Cython>=3.0.10,<3.4"
 # Other CPython versions whose threaded behaviour is tested too (pyenv).
 PYENV_ROOT  ?= $(HOME)/.pyenv
 OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
@@ -24,7 +30,8 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_coalesce_close.py tests/test_signals.py \
                 tests/test_many_topics.py
 
-.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-build fuzz-merge soak stress-sigint clean
+, := ,
 
 all: build
 
@@ -55,16 +62,19 @@ deps: .deps.stamp
 	@touch $@
 
 # --- the Python package ----------------------------------------------------
-$(VENV)/.installed: pyproject.toml | .deps.stamp
+# The package in editable mode (meson-python): `import upcall` rebuilds what
+# changed in build/py first, so no build output lands in the source tree.
+$(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10"
-	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot,dist]"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(BUILD_REQUIRES)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[test,bench,plot,dist]"
 	@touch $@
 
-build: $(VENV)/.built
-$(VENV)/.built: $(VENV)/.installed $(SOURCES)
-	$(PY) setup.py -q build_ext --inplace
-	@touch $@
+# Always up to date after this: the extension modules, and the benchmark's C
+# floors in build/py/bench/ (what an import would rebuild, built now).
+build: $(VENV)/.installed
+	$(MESON) compile -C $(BUILD_DIR)
 
 test: build ctest
 	$(PY) -m pytest -q
@@ -118,25 +128,50 @@ wheel: $(VENV)/.installed
 	PY=$(PY) tools/build-wheel.sh dist
 
 # --- the C core on its own -------------------------------------------------
-ctest: .deps.stamp
-	$(MAKE) --no-print-directory -C csrc test
+# The C tests (csrc/tests/meson.build), built with the package's flags.
+ctest: $(VENV)/.installed
+	$(MESON) test -C $(BUILD_DIR) --suite core --print-errorlogs
 
+# meson_dir DIR OPTIONS...: a build directory configured with OPTIONS.
+meson_dir = if [ -f $(1)/build.ninja ]; then $(MESON) configure $(1) $(2); \
+	    else $(MESON) setup $(1) $(2); fi
+
+# The same build under ASan+UBSan (build/asan) and TSan (build/tsan): the C
+# tests, then the Python suite against the sanitized extension modules.
+SANITIZE_OPTS := -Dbuildtype=debug -Doptimization=1 -Db_lundef=false \
+		 -Dc_args=-fno-omit-frame-pointer
 sanitize: build
-	$(MAKE) --no-print-directory -C csrc sanitize
+	@$(call meson_dir,build/asan,$(SANITIZE_OPTS) -Db_sanitize=address$(,)undefined)
+	@$(call meson_dir,build/tsan,$(SANITIZE_OPTS) -Db_sanitize=thread)
+	$(MESON) test -C build/asan --suite core --print-errorlogs
+	$(MESON) test -C build/tsan --suite core --print-errorlogs --wrapper "setarch $$(uname -m) -R"
 	./tools/sanitize-python.sh
 
-# libFuzzer on the C reader (new inputs in csrc/build/corpus), then atheris on
+# libFuzzer on the C reader (new inputs in build/corpus), then atheris on
 # the decode-to-Python and subscription paths (new inputs in build/corpus, logs
 # in build/fuzz-*.log); each starts from the committed seeds and corpora.
 # FUZZ_SECONDS each (default 60), one at a time, niced.
-fuzz: build .clang.stamp
-	nice -n 19 $(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
-	nice -n 19 ./fuzz/run.sh $(or $(FUZZ_SECONDS),60)
+# build/fuzz: clang, ASan+UBSan, libFuzzer's coverage on the core and the
+# extension modules, the harnesses of csrc/fuzz (-Dfuzzers=true).
+FUZZ_SECONDS ?= 60
+FUZZERS := fuzz_msgpack fuzz_split
+fuzz-build: build .clang.stamp
+	@CC=clang; export CC; $(call meson_dir,build/fuzz,-Dbuildtype=debug -Doptimization=1 -Db_lundef=false \
+	  -Db_sanitize=address$(,)undefined -Dfuzzers=true -Dc_args=-fsanitize=fuzzer-no-link)
+	nice -n 19 $(MESON) compile -C build/fuzz
+
+fuzz: fuzz-build
+	@set -e; for n in $(FUZZERS); do mkdir -p build/corpus/$$n; \
+	  echo "== $$n for $(FUZZ_SECONDS)s"; \
+	  nice -n 19 build/fuzz/csrc/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	    build/corpus/$$n csrc/fuzz/corpus/$$n csrc/fuzz/seeds/$$n 2>&1 | tail -5; done
+	nice -n 19 ./fuzz/run.sh $(FUZZ_SECONDS)
 
 # Fold what fuzz runs found into the committed, minimized corpora
 # (csrc/fuzz/corpus, fuzz/corpus): commit them so every run starts there.
-fuzz-merge: build .clang.stamp
-	$(MAKE) --no-print-directory -C csrc fuzz-merge
+fuzz-merge: fuzz-build
+	@set -e; for n in $(FUZZERS); do mkdir -p csrc/fuzz/corpus/$$n build/corpus/$$n; \
+	  build/fuzz/csrc/fuzz/$$n -merge=1 csrc/fuzz/corpus/$$n build/corpus/$$n 2>&1 | tail -1; done
 	./fuzz/run.sh merge
 
 # libFuzzer needs clang; Debian's clang brings its runtime (libclang-rt-14-dev).
@@ -157,6 +192,6 @@ test-huge: build
 soak: build
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider
 
+# (The editable install points at build/py: `make build` sets it up again.)
 clean:
-	$(MAKE) --no-print-directory -C csrc clean
-	rm -rf build dist upcall/*.c upcall/*.so upcall/*.html $(VENV)/.built
+	rm -rf build dist $(VENV)/.installed
