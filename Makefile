@@ -31,7 +31,6 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_many_topics.py
 
 .PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-build fuzz-merge soak stress-sigint clean
-, := ,
 
 all: build
 
@@ -132,17 +131,12 @@ wheel: $(VENV)/.installed
 ctest: $(VENV)/.installed
 	$(MESON) test -C $(BUILD_DIR) --suite core --print-errorlogs
 
-# meson_dir DIR OPTIONS...: a build directory configured with OPTIONS.
-meson_dir = if [ -f $(1)/build.ninja ]; then $(MESON) configure $(1) $(2); \
-	    else $(MESON) setup $(1) $(2); fi
-
-# The same build under ASan+UBSan (build/asan) and TSan (build/tsan): the C
-# tests, then the Python suite against the sanitized extension modules.
-SANITIZE_OPTS := -Dbuildtype=debug -Doptimization=1 -Db_lundef=false \
-		 -Dc_args=-fno-omit-frame-pointer
+# The same build under ASan+UBSan (build/asan) and TSan (build/tsan), set up
+# by tools/build-ext.sh: the C tests, then the Python suite against the
+# sanitized extension modules (tools/sanitize-python.sh).
 sanitize: build
-	@$(call meson_dir,build/asan,$(SANITIZE_OPTS) -Db_sanitize=address$(,)undefined)
-	@$(call meson_dir,build/tsan,$(SANITIZE_OPTS) -Db_sanitize=thread)
+	tools/build-ext.sh asan >/dev/null
+	tools/build-ext.sh tsan >/dev/null
 	$(MESON) test -C build/asan --suite core --print-errorlogs
 	$(MESON) test -C build/tsan --suite core --print-errorlogs --wrapper "setarch $$(uname -m) -R"
 	./tools/sanitize-python.sh
@@ -151,14 +145,12 @@ sanitize: build
 # the decode-to-Python and subscription paths (new inputs in build/corpus, logs
 # in build/fuzz-*.log); each starts from the committed seeds and corpora.
 # FUZZ_SECONDS each (default 60), one at a time, niced.
-# build/fuzz: clang, ASan+UBSan, libFuzzer's coverage on the core and the
-# extension modules, the harnesses of csrc/fuzz (-Dfuzzers=true).
+# build/fuzz (tools/build-ext.sh fuzz): clang, ASan+UBSan, libFuzzer's
+# coverage on the core and the extension modules, the harnesses of csrc/fuzz.
 FUZZ_SECONDS ?= 60
 FUZZERS := fuzz_msgpack fuzz_split
 fuzz-build: build .clang.stamp
-	@CC=clang; export CC; $(call meson_dir,build/fuzz,-Dbuildtype=debug -Doptimization=1 -Db_lundef=false \
-	  -Db_sanitize=address$(,)undefined -Dfuzzers=true -Dc_args=-fsanitize=fuzzer-no-link)
-	nice -n 19 $(MESON) compile -C build/fuzz
+	nice -n 19 tools/build-ext.sh fuzz >/dev/null
 
 fuzz: fuzz-build
 	@set -e; for n in $(FUZZERS); do mkdir -p build/corpus/$$n; \
