@@ -9,6 +9,7 @@ build with a source missing fails instead of leaving a module out.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -278,3 +279,11 @@ def test_build_fails_when_a_source_is_missing(dist, tmp_path, missing, module):
     assert p.returncode != 0
     assert os.path.basename(missing) in p.stdout + p.stderr
     assert not glob.glob(str(out / "upcall" / "*.so"))
+
+
+def test_meson_build_lists_every_core_source():
+    # meson.build lists sources by name (no globs): a C file or header added
+    # to csrc/ and not listed would be left out of the modules or the wheel.
+    with open(os.path.join(ROOT, "csrc", "meson.build")) as f:
+        listed = set(re.findall(r"'([\w.]+\.[ch])'", f.read()))
+    assert {os.path.basename(p) for p in tree("csrc/*.c", "csrc/*.h")} - listed == set()
