@@ -1,6 +1,6 @@
 # upcall: the two commands are `make test` and `make bench`.
-# Each one installs what it needs: libzmq and liblz4 headers (Debian libzmq3-dev,
-# liblz4-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
+# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
 # test/bench extras.
 
@@ -35,23 +35,22 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
 all: build
 
 # --- system packages -------------------------------------------------------
+# pkg-config name:Debian package.  libzmq is required; liblz4 and libzstd are
+# optional for a build (meson.options) but the tests use both codecs.
+PKG_DEPS := libzmq:libzmq3-dev liblz4:liblz4-dev libzstd:libzstd-dev
 deps: .deps.stamp
 # Again when this file changes: a machine that ran it before gets what was added since.
 .deps.stamp: Makefile
-	@if ! pkg-config --exists libzmq 2>/dev/null; then \
-	  echo "libzmq not found by pkg-config: installing libzmq3-dev with apt-get"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
-	fi
-	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
-	@if ! pkg-config --exists liblz4 2>/dev/null; then \
-	  echo "liblz4 not found by pkg-config: installing liblz4-dev with apt-get (compression)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq liblz4-dev >/dev/null; \
-	fi
-	@pkg-config --exists liblz4 || { echo "liblz4 still missing"; exit 1; }
+	@for pair in $(PKG_DEPS); do \
+	  pc=$${pair%%:*}; deb=$${pair#*:}; \
+	  if ! pkg-config --exists $$pc 2>/dev/null; then \
+	    echo "$$pc not found by pkg-config: installing $$deb with apt-get"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb pkg-config >/dev/null; \
+	  fi; \
+	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
+	done
 	@if ! command -v ip >/dev/null 2>&1; then \
 	  echo "ip not found: installing iproute2 with apt-get (tests/test_netns.py)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
