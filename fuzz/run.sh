@@ -31,7 +31,8 @@ fi
 out=build/fuzz-py
 # MESONPY_EDITABLE_SKIP=...: the editable install's import hook stays out of
 # the way of PYTHONPATH.
-export "$(tools/build-ext.sh fuzz)"
+skip=$(tools/build-ext.sh fuzz)
+export "$skip"
 atheris_dir=$("$py" -c "import atheris, os; print(atheris.path())")
 status=0
 for h in $harnesses; do

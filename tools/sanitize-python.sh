@@ -65,10 +65,12 @@ fi
 # Each prints MESONPY_EDITABLE_SKIP=...: the editable install's import hook
 # stays out of the way of PYTHONPATH, in the children the tests start too.
 if [ "$sanitizer" != thread ]; then
-    export "$(tools/build-ext.sh asan)"
+    skip=$(tools/build-ext.sh asan)
+    export "$skip"
 fi
 if [ "$sanitizer" != address ]; then
-    export "$(tools/build-ext.sh tsan)"
+    skip=$(tools/build-ext.sh tsan)
+    export "$skip"
     cat csrc/tsan.supp tools/tsan-python.supp > "$tsan_out/tsan.supp"
 fi
 
