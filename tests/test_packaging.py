@@ -204,15 +204,18 @@ def test_wheel_from_sdist_round_trip_in_clean_venv_and_cimport(dist, tmp_path):
         from setuptools import Extension, setup
         from Cython.Build import cythonize
 
-        assert upcall.__file__.startswith(os.environ["PYTHONPATH"]), upcall.__file__
+        assert upcall.__file__.startswith(os.environ["PYTHONPATH"].split(os.pathsep)[0]), upcall.__file__
         exts = [Extension(n, [n + ".pyx"], include_dirs=upcall.get_include())
                 for n in ("my_handlers", "uses_includes")]
         setup(name="user_handlers", ext_modules=cythonize(exts, language_level=3))
     """))
     # This interpreter has Cython and setuptools; PYTHONPATH puts the clean
-    # environment's upcall first.
-    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=user,
-        env={**os.environ, "PYTHONPATH": site}, timeout=600)
+    # environment's upcall first, and -S keeps an editable install's import
+    # hook (a site start-up file) from coming before PYTHONPATH.
+    paths = sysconfig.get_paths()
+    run([sys.executable, "-S", "setup.py", "-q", "build_ext", "--inplace"], cwd=user,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([site, paths["purelib"], paths["platlib"]])},
+        timeout=600)
     (user / "run.py").write_text(CIMPORT_RUN + "import uses_includes\nassert uses_includes.finalizing() == 0\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     p = run([py, "run.py"], cwd=user, env=env, timeout=120)
