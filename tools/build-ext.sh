@@ -23,10 +23,11 @@ cd "$root"
 # Sanitized code at -O1 with frame pointers: readable reports, bounded cost.
 common="-Dbuildtype=debug -Doptimization=1 -Db_lundef=false"
 case "$variant" in
-    asan) cc=${CC:-gcc}; opts="$common -Db_sanitize=address,undefined -Dc_args=-fno-omit-frame-pointer" ;;
-    tsan) cc=${CC:-gcc}; opts="$common -Db_sanitize=thread -Dc_args=-fno-omit-frame-pointer" ;;
+    asan) cc=${CC:-gcc}; opts="$common -Db_sanitize=address,undefined"; cargs="-fno-omit-frame-pointer" ;;
+    tsan) cc=${CC:-gcc}; opts="$common -Db_sanitize=thread"; cargs="-fno-omit-frame-pointer" ;;
     # libFuzzer's coverage on the core and the modules; the harnesses link -fsanitize=fuzzer.
-    fuzz) cc=clang; opts="$common -Db_sanitize=address,undefined -Dfuzzers=true -Dc_args=-fno-omit-frame-pointer,-fsanitize=fuzzer-no-link" ;;
+    fuzz) cc=clang; opts="$common -Db_sanitize=address,undefined -Dfuzzers=true"
+          cargs="-fno-omit-frame-pointer -fsanitize=fuzzer-no-link" ;;
     *) echo "build-ext.sh: VARIANT is asan, tsan or fuzz, not $variant" >&2; exit 2 ;;
 esac
 dir=build/$variant
@@ -34,13 +35,13 @@ out=build/$variant-py
 # The Cython and meson of .venv, whatever PATH says.
 export PATH="$bin:$PATH"
 if [ -f "$dir/build.ninja" ]; then
-    "$bin/meson" configure "$dir" $opts >/dev/null
+    "$bin/meson" configure "$dir" $opts "-Dc_args=$cargs" >/dev/null
 else
     # The interpreter and Cython by absolute path: a rebuild finds them
     # whatever PATH it runs with.
     mkdir -p build
     printf "[binaries]\npython = '%s'\ncython = '%s'\n" "$py" "$bin/cython" > "build/$variant.ini"
-    CC=$cc "$bin/meson" setup "$dir" $opts --native-file "build/$variant.ini" >&2
+    CC=$cc "$bin/meson" setup "$dir" $opts "-Dc_args=$cargs" --native-file "build/$variant.ini" >&2
 fi
 echo "== building upcall ($variant) in $dir" >&2
 nice "$bin/meson" compile -C "$dir" >&2
