@@ -1,13 +1,19 @@
 # upcall: the two commands are `make test` and `make bench`.
-# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian libzmq3-dev,
-# liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
+# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
 # test/bench extras.
 
 PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
-SOURCES     := $(wildcard csrc/*.c csrc/*.h upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/includes/*.pxd) setup.py
+MESON       := $(VENV)/bin/meson
+# The editable install's build directory (meson-python rebuilds it when
+# upcall is imported); the sanitizer and fuzzing builds have their own.
+BUILD_DIR   := build/py
+# pyproject.toml's [build-system] requires: the editable install builds
+# without isolation, with these in .venv.
+BUILD_REQUIRES := "meson-python>=0.16" "meson>=1.2" "ninja" "Cython>=3.0.10,<3.4"
 # Other CPython versions whose threaded behaviour is tested too (pyenv).
 PYENV_ROOT  ?= $(HOME)/.pyenv
 OTHER_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3 \
@@ -17,8 +23,9 @@ OTHER_VERSIONS := $(foreach py,$(OTHER_PYTHONS),$(basename $(patsubst $(PYENV_RO
 # Their environments, one per minor version: .venv-3.13/.installed.
 THREAD_ENVS := $(OTHER_VERSIONS:%=.venv-%/.installed)
 # What they are installed from: remade when one of these changes.
-THREAD_ENV_DEPS := pyproject.toml $(wildcard setup.py meson.build meson.options csrc/*.[ch] \
-                   upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/*.py upcall/includes/*.pxd)
+THREAD_ENV_DEPS := pyproject.toml $(wildcard meson.build meson.options csrc/meson.build csrc/*.[ch] \
+                   upcall/meson.build upcall/*.pyx upcall/*.pxi upcall/*.pxd upcall/*.py upcall/*.h \
+                   upcall/includes/*.pxd)
 # pytest-xdist workers for `make test`: most tests wait on sockets, threads and
 # child processes rather than compute, so more workers than cores pay off on
 # this 2-core machine; every test makes its own endpoints, ports and folders.
@@ -29,29 +36,24 @@ THREAD_WORKERS ?= 4
 # `-m` replaces addopts' `-m`: keep soak and huge out of the threaded runs.
 THREADS_MARK := threads and not soak and not huge
 
-.PHONY: all deps build test test-threads-all test-huge bench wheel wheels test-wheels ctest sanitize fuzz fuzz-merge soak stress-sigint clean
+.PHONY: all deps build test test-threads-all test-huge bench wheel wheels test-wheels ctest sanitize fuzz fuzz-build fuzz-merge soak stress-sigint clean
 
 all: build
 
 # --- system packages -------------------------------------------------------
-# The compression codecs' libraries (csrc/codec.h), pkg-config name:Debian package.
-CODEC_DEPS  := liblz4:liblz4-dev libzstd:libzstd-dev
+# pkg-config name:Debian package.  libzmq is required; liblz4 and libzstd are
+# optional for a build (meson.options) but the tests use both codecs.
+PKG_DEPS := libzmq:libzmq3-dev liblz4:liblz4-dev libzstd:libzstd-dev
 deps: .deps.stamp
 # Again when this file changes: a machine that ran it before gets what was added since.
 .deps.stamp: Makefile
-	@if ! pkg-config --exists libzmq 2>/dev/null; then \
-	  echo "libzmq not found by pkg-config: installing libzmq3-dev with apt-get"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
-	fi
-	@pkg-config --exists libzmq || { echo "libzmq still missing"; exit 1; }
-	@for c in $(CODEC_DEPS); do pc=$${c%%:*}; deb=$${c#*:}; \
+	@for pair in $(PKG_DEPS); do \
+	  pc=$${pair%%:*}; deb=$${pair#*:}; \
 	  if ! pkg-config --exists $$pc 2>/dev/null; then \
-	    echo "$$pc not found by pkg-config: installing $$deb with apt-get (compression)"; \
+	    echo "$$pc not found by pkg-config: installing $$deb with apt-get"; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb >/dev/null; \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb pkg-config >/dev/null; \
 	  fi; \
 	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
 	done
@@ -64,21 +66,24 @@ deps: .deps.stamp
 	@touch $@
 
 # --- the Python package ----------------------------------------------------
-$(VENV)/.installed: pyproject.toml | .deps.stamp
+# The package in editable mode (meson-python): `import upcall` rebuilds what
+# changed in build/py first, so no build output lands in the source tree.
+$(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0.10,<3.4"
-	$(PY) -m pip install -q --no-build-isolation -e ".[test,bench,plot,dist]"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(BUILD_REQUIRES)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[test,bench,plot,dist]"
 	@touch $@
 
-build: $(VENV)/.built
-$(VENV)/.built: $(VENV)/.installed $(SOURCES)
-	$(PY) setup.py -q build_ext --inplace
-	@touch $@
+# Always up to date after this: the extension modules, and the benchmark's C
+# floors in build/py/bench/ (what an import would rebuild, built now).
+build: $(VENV)/.installed
+	$(MESON) compile -C $(BUILD_DIR)
 
 # The other CPythons' environments are installed (and their extensions built)
 # while this one's tests run: they need CPU, the tests mostly wait.  One
-# after the other (thread-envs): each `pip install .` builds in the source
-# tree (build/, upcall.egg-info/).  `-n`:
+# after the other (thread-envs): two builds at once would only compete for
+# the two cores the tests use.  `-n`:
 # pytest-xdist, workers as above; --dist loadgroup keeps a module that builds
 # its files once (tests/packaging/, tests/conftest.py) on one worker.
 test: build
@@ -161,25 +166,43 @@ test-wheels: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -m portable tests/packaging/test_portable_wheels.py
 
 # --- the C core on its own -------------------------------------------------
-ctest: .deps.stamp
-	$(MAKE) --no-print-directory -C csrc test
+# The C tests (csrc/tests/meson.build), built with the package's flags.
+ctest: $(VENV)/.installed
+	$(MESON) test -C $(BUILD_DIR) --suite core --print-errorlogs
 
+# The same build under ASan+UBSan (build/asan) and TSan (build/tsan), set up
+# by tools/build-ext.sh: the C tests, then the Python suite against the
+# sanitized extension modules (tools/sanitize-python.sh).
 sanitize: build
-	$(MAKE) --no-print-directory -C csrc sanitize
+	tools/build-ext.sh asan >/dev/null
+	tools/build-ext.sh tsan >/dev/null
+	$(MESON) test -C build/asan --suite core --print-errorlogs
+	$(MESON) test -C build/tsan --suite core --print-errorlogs --wrapper "setarch $$(uname -m) -R"
 	./tools/sanitize-python.sh
 
-# libFuzzer on the C reader (new inputs in csrc/build/corpus), then atheris on
+# libFuzzer on the C reader (new inputs in build/corpus), then atheris on
 # the decode-to-Python and subscription paths (new inputs in build/corpus, logs
 # in build/fuzz-*.log); each starts from the committed seeds and corpora.
 # FUZZ_SECONDS each (default 60), one at a time, niced.
-fuzz: build .clang.stamp
-	nice -n 19 $(MAKE) --no-print-directory -C csrc fuzz FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60)
-	nice -n 19 ./fuzz/run.sh $(or $(FUZZ_SECONDS),60)
+# build/fuzz (tools/build-ext.sh fuzz): clang, ASan+UBSan, libFuzzer's
+# coverage on the core and the extension modules, the harnesses of csrc/fuzz.
+FUZZ_SECONDS ?= 60
+FUZZERS := fuzz_msgpack fuzz_split
+fuzz-build: build .clang.stamp
+	nice -n 19 tools/build-ext.sh fuzz >/dev/null
+
+fuzz: fuzz-build
+	@set -e; for n in $(FUZZERS); do mkdir -p build/corpus/$$n; \
+	  echo "== $$n for $(FUZZ_SECONDS)s"; \
+	  nice -n 19 build/fuzz/csrc/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	    build/corpus/$$n csrc/fuzz/corpus/$$n csrc/fuzz/seeds/$$n 2>&1 | tail -5; done
+	nice -n 19 ./fuzz/run.sh $(FUZZ_SECONDS)
 
 # Fold what fuzz runs found into the committed, minimized corpora
 # (csrc/fuzz/corpus, fuzz/corpus): commit them so every run starts there.
-fuzz-merge: build .clang.stamp
-	$(MAKE) --no-print-directory -C csrc fuzz-merge
+fuzz-merge: fuzz-build
+	@set -e; for n in $(FUZZERS); do mkdir -p csrc/fuzz/corpus/$$n build/corpus/$$n; \
+	  build/fuzz/csrc/fuzz/$$n -merge=1 csrc/fuzz/corpus/$$n build/corpus/$$n 2>&1 | tail -1; done
 	./fuzz/run.sh merge
 
 # libFuzzer needs clang; Debian's clang brings its runtime (libclang-rt-14-dev).
@@ -200,6 +223,6 @@ test-huge: build
 soak: build
 	$(PY) -m pytest -q -s -m soak -p no:cacheprovider
 
+# (The editable install points at build/py: `make build` sets it up again.)
 clean:
-	$(MAKE) --no-print-directory -C csrc clean
-	rm -rf build dist upcall/*.c upcall/*.so upcall/*.html $(VENV)/.built
+	rm -rf build dist $(VENV)/.installed

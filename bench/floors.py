@@ -1,4 +1,8 @@
-"""The C programs of the benchmark's physical floors (bench/NAME.c).
+"""The C programs of the benchmark's physical floors, built by the build.
+
+``c_program(name)`` is the path of bench/NAME.c as bench/meson.build builds
+it (with the libzmq pkg-config finds and the core's -Wall -Wextra -Werror)
+into build/py/bench/:
 
 * ``floor_pull``: a plain C libzmq PULL loop draining a flood (the ``c-floor`` row);
 * ``floor_pingpong``: two C peers answering each other (``c-pingpong``);
@@ -6,58 +10,31 @@
 * ``count_pull``: the publishing rows' receiver, which counts messages,
   coalesced ones split with the core's ``mp_skip`` (csrc/msgpack.c).
 
-``c_program(name)`` gives the path of one, built once per run by
-:func:`build`: the one place that knows how they are built (today with the C
-compiler, ``$CC`` or ``cc``, and the libzmq pkg-config finds, ``-O2 -Wall
--Wextra -Werror``, into a temporary folder removed at exit).  The runners
-are in :mod:`bench.harness`.
+The runners are in :mod:`bench.harness`.
 """
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import subprocess
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+#: Where `make build` builds (Makefile BUILD_DIR), from the repository's root.
+BUILD_DIR = os.path.join("build", "py")
 
-#: The C programs of the floors (bench/NAME.c) and the core sources each one needs.
-C_PROGRAMS = {"floor_pull": (), "floor_pingpong": (), "floor_push": (),
-              "count_pull": ("msgpack.c",)}
+#: The C programs of the floors (bench/NAME.c; bench/meson.build builds them).
+C_PROGRAMS = ("floor_pull", "floor_pingpong", "floor_push", "count_pull")
 
 _PROGRAMS: dict[str, tuple[str | None, str]] = {}   # name -> (path or None, why not)
-_PROGRAM_DIR: list[str] = []
-
-
-def build(name: str) -> tuple[str | None, str]:
-    """Build bench/NAME.c with the core sources C_PROGRAMS names:
-    (path of the program, "") or (None, why not)."""
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    try:
-        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
-                               capture_output=True, text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        flags = None
-    if cc is None or flags is None:
-        return None, "no C compiler" if cc is None else "pkg-config has no libzmq"
-    if not _PROGRAM_DIR:
-        d = tempfile.mkdtemp(prefix="upcall-floor-")
-        atexit.register(shutil.rmtree, d, True)
-        _PROGRAM_DIR.append(d)
-    out = os.path.join(_PROGRAM_DIR[0], name)
-    srcs = [os.path.join(HERE, name + ".c")] + [os.path.join(CSRC, f) for f in C_PROGRAMS[name]]
-    r = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-I", CSRC, "-o", out,
-                        *srcs, *flags, "-lpthread"], capture_output=True, text=True)
-    return (out, "") if r.returncode == 0 else (None, f"{name}.c did not compile: "
-                                                      f"{r.stderr.strip()}")
 
 
 def c_program(name: str) -> tuple[str | None, str]:
-    """(path of bench/NAME.c built, or None, why not), built once per run."""
+    """(path of bench/NAME.c compiled, or None, why not): the build compiles
+    the floors (bench/meson.build) into build/py/bench/NAME, with the core's
+    flags; `import upcall` in the editable install rebuilds them first."""
     if name not in C_PROGRAMS:
-        raise ValueError(f"unknown floor program {name!r}")
+        raise ValueError(f"no C program {name!r} (the floors: {', '.join(C_PROGRAMS)})")
     if name not in _PROGRAMS:
-        _PROGRAMS[name] = build(name)
+        import upcall  # noqa: F401  (the editable install rebuilds what changed)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.path.join(root, BUILD_DIR, "bench", name)
+        _PROGRAMS[name] = ((path, "") if os.access(path, os.X_OK)
+                           else (None, f"{name} is not built ({path}): make build builds it"))
     return _PROGRAMS[name]

@@ -6,7 +6,8 @@
 #                                          committed fuzz/corpus/<name>, minimized
 #
 # The extension modules are built with clang, ASan+UBSan and libFuzzer's
-# coverage instrumentation (-fsanitize=fuzzer-no-link) into build/fuzz-py, so
+# coverage instrumentation (-fsanitize=fuzzer-no-link) in build/fuzz and laid
+# out as a package in build/fuzz-py (tools/build-ext.sh fuzz), so
 # atheris is guided by coverage of the C decoder and the C core, and a memory
 # error aborts the run with a report.  Corpora grow under build/corpus/<name>
 # (not committed); each run also starts from the committed seeds
@@ -28,7 +29,10 @@ if ! "$py" -c "import atheris" 2>/dev/null; then
     "$py" -m pip install -q atheris
 fi
 out=build/fuzz-py
-tools/build-ext.sh "$out" clang "-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link"
+# MESONPY_EDITABLE_SKIP=...: the editable install's import hook stays out of
+# the way of PYTHONPATH.
+skip=$(tools/build-ext.sh fuzz)
+export "$skip"
 atheris_dir=$("$py" -c "import atheris, os; print(atheris.path())")
 status=0
 for h in $harnesses; do

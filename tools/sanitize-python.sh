@@ -2,12 +2,14 @@
 # The threaded Python tests under ASan+UBSan, then some under TSan (part of
 # `make sanitize`).
 #
-# The extension modules are rebuilt with gcc -fsanitize=address,undefined
-# into build/asan-py (tools/build-ext.sh), and pytest runs them in the normal
-# interpreter with libasan/libubsan preloaded.  PYTHONMALLOC=malloc sends
+# The extension modules are built with gcc and meson's
+# b_sanitize=address,undefined in build/asan (tools/build-ext.sh asan: the
+# build dir `make sanitize` runs the C tests in too), laid out as a package in
+# build/asan-py, and pytest runs them in the normal interpreter with
+# libasan/libubsan preloaded.  PYTHONMALLOC=malloc sends
 # Python's object allocations through malloc too, so ASan sees their bounds.
 #
-# TSan: the modules rebuilt with -fsanitize=thread into build/tsan-py, libtsan
+# TSan: the modules built with b_sanitize=thread (build/tsan, build/tsan-py), libtsan
 # preloaded into the normal interpreter (ASLR off: setarch -R, as for the C
 # tests).  CPython itself is not instrumented, but its GIL is a pthread mutex
 # that TSan sees, so what the bridge does under the GIL is ordered, and what
@@ -49,6 +51,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=$root/.venv/bin/python
 cc=${CC:-gcc}
+export CC="$cc"
 asan_out=build/asan-py
 tsan_out=build/tsan-py
 sanitizer=${UPCALL_SANITIZER:-all}
@@ -59,11 +62,15 @@ if [ $# -gt 0 ] && [ "$sanitizer" = all ]; then
     sanitizer=address
 fi
 # Both builds first: the runs below preload a sanitizer runtime.
+# Each prints MESONPY_EDITABLE_SKIP=...: the editable install's import hook
+# stays out of the way of PYTHONPATH, in the children the tests start too.
 if [ "$sanitizer" != thread ]; then
-    tools/build-ext.sh "$asan_out" "$cc" "-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
+    skip=$(tools/build-ext.sh asan)
+    export "$skip"
 fi
 if [ "$sanitizer" != address ]; then
-    tools/build-ext.sh "$tsan_out" "$cc" "-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
+    skip=$(tools/build-ext.sh tsan)
+    export "$skip"
     cat csrc/tsan.supp tools/tsan-python.supp > "$tsan_out/tsan.supp"
 fi
 

@@ -63,4 +63,10 @@ def get_include() -> list[str]:
     ``cythonize(include_path=...)``).
     """
     import os
-    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "includes")]
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    includes = os.path.join(pkg, "includes")
+    if os.path.isfile(os.path.join(includes, "bus.h")):
+        return [includes]
+    # A source checkout (the editable install): the build copies no header
+    # into the tree, they are where they are kept (csrc/, upcall/_compat.h).
+    return [includes, os.path.join(os.path.dirname(pkg), "csrc"), pkg]

@@ -9,9 +9,11 @@ build with a source missing fails instead of leaving a module out.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import textwrap
 import zipfile
@@ -81,7 +83,8 @@ def run(cmd, **kw):
 
 def clone_of_the_tree(dst):
     """What a fresh clone has: the files git knows (as they are in the work
-    tree), none of what a build or a venv left."""
+    tree), none of what a build or a venv left, committed in a repository of
+    its own (the sdist is `meson dist`: `git archive` of HEAD)."""
     p = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
                         "--exclude-standard"], capture_output=True, text=True)
     if p.returncode != 0:
@@ -91,6 +94,10 @@ def clone_of_the_tree(dst):
         if rel and os.path.isfile(src):
             os.makedirs(os.path.join(dst, os.path.dirname(rel)), exist_ok=True)
             shutil.copy2(src, os.path.join(dst, rel))
+    git = ["git", "-C", str(dst), "-c", "user.name=test", "-c", "user.email=test@localhost"]
+    run(git + ["init", "-q"])
+    run(git + ["add", "-A"])
+    run(git + ["commit", "-q", "--no-verify", "-m", "the work tree"])
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +151,8 @@ def tree(*patterns):
 def test_sdist_carries_every_source_and_nothing_generated(dist):
     with tarfile.open(dist["sdist"]) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    sources = tree("LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
-                   "csrc/*.c", "csrc/*.h",
+    sources = tree("LICENSE", "README.md", "pyproject.toml", "meson.build", "meson.options",
+                   "csrc/*.c", "csrc/*.h", "csrc/meson.build", "upcall/meson.build",
                    "upcall/*.py", "upcall/*.pyi", "upcall/py.typed",
                    "upcall/*.pyx", "upcall/*.pxi", "upcall/*.pxd", "upcall/*.h",
                    "upcall/includes/*.py", "upcall/includes/*.pxd")
@@ -154,7 +161,8 @@ def test_sdist_carries_every_source_and_nothing_generated(dist):
                  or (n.startswith("upcall/") and n.endswith(".c"))
                  or (n.startswith("upcall/includes/") and n.endswith(".h"))]
     assert generated == []
-    assert [n for n in names if n == "bench_upcalls.py" or n.startswith(("bench/", "tests/"))] == []
+    assert [n for n in names if n == "bench_upcalls.py"
+            or n.startswith(("bench/", "tests/", "csrc/tests/", "csrc/fuzz/"))] == []
 
 
 @pytest.mark.parametrize("which", ["wheel", "bundled"])
@@ -196,15 +204,18 @@ def test_wheel_from_sdist_round_trip_in_clean_venv_and_cimport(dist, tmp_path):
         from setuptools import Extension, setup
         from Cython.Build import cythonize
 
-        assert upcall.__file__.startswith(os.environ["PYTHONPATH"]), upcall.__file__
+        assert upcall.__file__.startswith(os.environ["PYTHONPATH"].split(os.pathsep)[0]), upcall.__file__
         exts = [Extension(n, [n + ".pyx"], include_dirs=upcall.get_include())
                 for n in ("my_handlers", "uses_includes")]
         setup(name="user_handlers", ext_modules=cythonize(exts, language_level=3))
     """))
     # This interpreter has Cython and setuptools; PYTHONPATH puts the clean
-    # environment's upcall first.
-    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=user,
-        env={**os.environ, "PYTHONPATH": site}, timeout=600)
+    # environment's upcall first, and -S keeps an editable install's import
+    # hook (a site start-up file) from coming before PYTHONPATH.
+    paths = sysconfig.get_paths()
+    run([sys.executable, "-S", "setup.py", "-q", "build_ext", "--inplace"], cwd=user,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([site, paths["purelib"], paths["platlib"]])},
+        timeout=600)
     (user / "run.py").write_text(CIMPORT_RUN + "import uses_includes\nassert uses_includes.codes()[0] == 0 < uses_includes.codes()[1]\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     p = run([py, "run.py"], cwd=user, env=env, timeout=120)
@@ -248,18 +259,34 @@ def test_self_contained_wheel_round_trip_without_system_libzmq(dist, tmp_path):
     assert os.path.dirname(got["libzmq"][0]) == os.path.join(site, "upcall.libs")
 
 
-@pytest.mark.parametrize("missing, module", [("upcall/native.pyx", "upcall.native"),
-                                             ("upcall/_trampoline.pxi", "upcall._bus"),
-                                             ("csrc/msgpack.c", "upcall._codec"),
-                                             ("upcall/_compat.h", "upcall._codec")])
+@pytest.mark.parametrize("missing, module", [("upcall/native.pyx", "native"),
+                                             ("upcall/_trampoline.pxi", "_bus"),
+                                             ("csrc/msgpack.c", "_codec"),
+                                             ("upcall/_compat.h", "_codec")])
 def test_build_fails_when_a_source_is_missing(dist, tmp_path, missing, module):
+    # The sdist's build (meson setup, then the module's target) with one
+    # source gone: it fails, naming the file, and leaves no module behind.
     with tarfile.open(dist["sdist"]) as t:
         t.extractall(tmp_path, filter="data")
     src = next(tmp_path.glob("upcall-*"))
     os.remove(src / missing)
-    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],
-                       cwd=src, env={**os.environ, "UPCALL_ONLY": module},
-                       capture_output=True, text=True, timeout=600)
+    bindir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    out = tmp_path / "out"
+    p = subprocess.run(["meson", "setup", str(out), str(src)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode == 0:
+        so = "upcall/%s%s" % (module, sysconfig.get_config_var("EXT_SUFFIX"))
+        p = subprocess.run(["meson", "compile", "-C", str(out), so], env=env,
+                           capture_output=True, text=True, timeout=600)
     assert p.returncode != 0
     assert os.path.basename(missing) in p.stdout + p.stderr
-    assert not glob.glob(str(src / "out" / "upcall" / "*.so"))
+    assert not glob.glob(str(out / "upcall" / "*.so"))
+
+
+def test_meson_build_lists_every_core_source():
+    # meson.build lists sources by name (no globs): a C file or header added
+    # to csrc/ and not listed would be left out of the modules or the wheel.
+    with open(os.path.join(ROOT, "csrc", "meson.build")) as f:
+        listed = set(re.findall(r"'([\w.]+\.[ch])'", f.read()))
+    assert {os.path.basename(p) for p in tree("csrc/*.c", "csrc/*.h")} - listed == set()

@@ -99,13 +99,24 @@ def test_the_shared_code_asks_the_op_never_the_kind():
     assert offenders == []
 
 
-def _package_data():
-    """[tool.setuptools.package-data] upcall = [...], read as text."""
-    text = (ROOT / "pyproject.toml").read_text()
-    m = re.search(r"^\[tool\.setuptools\.package-data\]\s*\nupcall\s*=\s*\[(.*?)\]",
-                  re.sub(r"#[^\n]*", "", text), re.M | re.S)
-    assert m, "pyproject.toml: no [tool.setuptools.package-data] upcall = [...]"
-    return re.findall(r'"([^"]+)"', m.group(1))
+def _meson_calls(path, func):
+    """The argument texts of every ``func(...)`` call in a meson.build (comments dropped)."""
+    text = re.sub(r"#[^\n]*", "", path.read_text())
+    return re.findall(re.escape(func) + r"\((.*?)\)", text, re.S)
+
+
+def _installed():
+    """What upcall/meson.build installs: (the .pxd files, the header lists' names,
+    the headers named one by one)."""
+    pxd, lists, headers = set(), [], []
+    for args in _meson_calls(ROOT / "upcall" / "meson.build", "py.install_sources"):
+        sub = re.search(r"subdir:\s*'([^']+)'", args).group(1)
+        names = re.findall(r"'([^']+)'", re.sub(r"subdir:\s*'[^']+'", "", args))
+        pxd |= {ROOT / sub / pathlib.Path(n).name if "/" not in n else ROOT / "upcall" / n
+                for n in names if n.endswith(".pxd")}
+        headers += [n for n in names if n.endswith(".h")]
+        lists += re.findall(r"^\s*([a-z_]+_headers)\b", args, re.M)
+    return pxd, lists, headers
 
 
 def _cimports(text):
@@ -113,13 +124,14 @@ def _cimports(text):
 
 
 def test_the_wheel_ships_exactly_the_public_headers():
-    data = _package_data()
-    # A glob over the headers ships whatever the build copied there.
-    assert [e for e in data if e.startswith("includes/") and "*" in e] == []
-    shipped_h = {e[len("includes/"):] for e in data if e.startswith("includes/") and e.endswith(".h")}
-    shipped_pxd = {ROOT / "upcall" / e for e in data if e.endswith(".pxd") and "*" not in e}
-    shipped_pxd |= {p for e in data if e.endswith(".pxd") and "*" in e
-                    for p in (ROOT / "upcall").glob(e)}
+    shipped_pxd, lists, headers = _installed()
+    # Headers are installed as csrc/meson.build's public list, never one by one
+    # (the bridge's own _compat.h, a core header) or as another list.
+    assert headers == [] and lists == ["public_headers"], (headers, lists)
+    (public_list,) = [re.findall(r"'([^']+)'", args) for args in
+                      re.findall(r"public_headers\s*=\s*files\((.*?)\)",
+                                 re.sub(r"#[^\n]*", "", (CSRC / "meson.build").read_text()), re.S)]
+    shipped_h = set(public_list)
     assert ROOT / "upcall" / "includes" / "bus.pxd" in shipped_pxd
     # The public set: what the shipped .pxd files name, and what those headers include.
     public, stack = set(), []
@@ -135,15 +147,10 @@ def test_the_wheel_ships_exactly_the_public_headers():
             stack.extend(_includes(CSRC / h))
     assert {"bus.h", "msgpack.h"} <= public
     assert shipped_h == public
-    # bus.h names them, and setup.py copies those only.
+    # bus.h names them.
     bus_h = (CSRC / "bus.h").read_text()
     section = bus_h[bus_h.index("Public and internal headers"):bus_h.index("#ifndef")]
     assert sorted(h for h in public if h != "bus.h" and h not in section) == []
-    setup_py = ast.parse((ROOT / "setup.py").read_text())
-    copied = [ast.literal_eval(node.value) for node in ast.walk(setup_py)
-              if isinstance(node, ast.Assign)
-              and any(isinstance(t, ast.Name) and t.id == "PUBLIC_HEADERS" for t in node.targets)]
-    assert [sorted(pathlib.Path(h).name for h in c) for c in copied] == [sorted(public)]
 
 
 # A tracker's number ("issue" and a number after it) means nothing to a
