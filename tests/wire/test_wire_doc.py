@@ -1,5 +1,6 @@
 """The pyzmq + msgpack fragments of docs/wire.md, extracted and run as they
-are written there (a fragment starts with a "# fragment: " comment)."""
+are written there (a fragment's block follows a ``<!-- fragment: <title> -->``
+line, which rendered markdown hides)."""
 import pathlib
 import re
 import struct
@@ -12,9 +13,10 @@ WIRE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "wire.md"
 
 
 def fragment(title):
-    """The code block of docs/wire.md whose first line is `# fragment: <title>`."""
-    for block in re.findall(r"```python\n(.*?)```", WIRE.read_text(), re.S):
-        if block.startswith(f"# fragment: {title}\n"):
+    """The code block of docs/wire.md after the line `<!-- fragment: <title> -->`."""
+    for marker, block in re.findall(r"<!-- fragment: ([^\n]*?) -->\n```python\n(.*?)```",
+                                    WIRE.read_text(), re.S):
+        if marker == title:
             return block
     raise AssertionError(f"docs/wire.md has no fragment {title!r}")
 
