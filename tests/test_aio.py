@@ -499,13 +499,13 @@ def test_an_end_hook_set_after_the_end_runs_at_once(endpoints, cause):
             pub.send_packed(b"t", b"\xc1")
             assert sub.wait(DEADLINE)
             ends = []
-            sub._set_end_hook(ends.append)
+            sub.set_end_hook(ends.append)
             assert len(ends) == 1
             if expected is None:
                 assert ends == [None]
             else:
                 assert type(ends[0]) is expected
-            sub._set_end_hook(ends.append)       # the end was handed over once
+            sub.set_end_hook(ends.append)       # the end was handed over once
             assert ends[1:] == [None]
     finally:
         sys.unraisablehook = hook

@@ -27,7 +27,7 @@ from upcall import cli
 import upcall._jsonmap as jsonmap
 from upcall._codec import DEFAULT_MAX_DEPTH
 from upcall._jsonmap import from_json, to_json, topic_to_json
-from helpers import DEADLINE, free_tcp_port, script_env
+from helpers import DEADLINE, TESTS_DIR, free_tcp_port, script_env
 
 TIMEOUT = 60
 
@@ -666,21 +666,37 @@ def test_usage_errors(tmp_path, args):
 
 # ---- bench ----------------------------------------------------------------------
 
-def test_bench_outside_a_source_checkout_says_how_to_get_it(tmp_path, capsys):
-    assert cli.find_benchmark(str(tmp_path)) is None
-    opts = argparse.Namespace(args=["--quick"], parser=None)
-    with pytest.raises(cli.Failure) as info:
-        cli._bench(opts, root=str(tmp_path))
-    assert "not part of the installed package" in str(info.value)
-    assert info.value.status == 2
+def test_bench_says_where_the_benchmark_lives(tmp_path):
+    # The package never looks for the benchmark (neither the wheel nor the
+    # sdist ships it): from anywhere, even a folder laid out as a checkout,
+    # it runs nothing and names the repository and `make bench`, status 2.
+    checkout = tmp_path / "checkout"
+    (checkout / "bench").mkdir(parents=True)
+    (checkout / "bench_upcalls.py").write_text("raise SystemExit('ran')\n")
+    for cwd in (tmp_path, checkout):
+        proc = run("bench", "--quick", cwd=cwd)
+        assert proc.returncode == 2
+        line = one_error_line(proc.stderr, "bench")
+        assert "source repository" in line and "`make bench`" in line
+        assert "neither the wheel nor the sdist" in line
 
 
-def test_bench_runs_the_checkouts_benchmark(tmp_path):
-    if cli.find_benchmark() is None:
-        pytest.skip("upcall is not imported from a source checkout")
+def test_bench_help_says_where_the_benchmark_lives(tmp_path):
     proc = run("bench", "--help", cwd=tmp_path)
     assert proc.returncode == 0
-    assert "bench_upcalls.py" in proc.stdout and "--quick" in proc.stdout
+    assert "make bench" in proc.stdout and "source" in proc.stdout
+
+
+def test_bench_message_is_true_of_the_sdist():
+    # What the message claims: MANIFEST.in leaves the benchmark out of the sdist.
+    manifest = os.path.join(os.path.dirname(TESTS_DIR), "MANIFEST.in")
+    if not os.path.exists(manifest):
+        pytest.skip("needs the source tree")
+    with open(manifest) as f:
+        lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
+    assert not any("bench" in word for words in lines for word in words
+                   if words[0] in ("include", "graft", "recursive-include"))
+    assert "make bench" in cli.BENCH_WHERE
 
 
 # ---- the JSON mapping on its own ---------------------------------------------------

@@ -23,8 +23,10 @@ from upcall._bus import (  # noqa: F401
     MAX_OOB_FRAMES,
     Bus,
     Publisher,
+    PublisherOptions,
     Sent,
     StopDelivery,
+    SubscribeOptions,
     Subscription,
     ZMQError,
     curve_keypair,
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "SubscribeOptions", "PublisherOptions",
     "DEFAULT_MAX_TOPICS",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",
     "DEFAULT_MAX_DECOMPRESSED",

@@ -1,7 +1,10 @@
 """Type stubs for upcall._bus: the bus, subscriptions, publishers, thread factories."""
 from types import TracebackType
 from array import array
-from typing import Any, Callable, Coroutine, Iterable, Literal, Mapping, Protocol, Union, final
+from typing import (Any, Callable, ClassVar, Coroutine, Iterable, Literal, Mapping, Protocol,
+                    TypedDict, Union, final)
+
+from typing_extensions import Self, Unpack
 
 from upcall._codec import Decoder, UpcallError
 from upcall.aio import AsyncSubscription
@@ -106,8 +109,8 @@ class Subscription:
         source) without stopping it; True if it has ended.  Thread mode only."""
     def close(self, timeout: float | None = None) -> None:
         """Stop delivery and wait for the loop to end (``TimeoutError`` after timeout)."""
-    def _set_end_hook(self, hook: Callable[[BaseException | None], object]) -> None:
-        """For subscribe_async: hook(exc) once the delivery loop has ended, for any reason."""
+    def set_end_hook(self, hook: Callable[[BaseException | None], object]) -> None:
+        """For async adapters: hook(exc) once the delivery loop has ended, for any reason."""
     def __enter__(self) -> Subscription: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...
@@ -129,12 +132,12 @@ class Publisher:
     def send_async(self, topic: Topic, obj: Any, *,
                    timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Encode obj now; the awaitable sends it without blocking the event loop."""
-    def _try_send(self, topic: bytes | str, payload: bytes | bytearray | memoryview) -> bool:
-        """For send_async: send if that can be done without waiting at all."""
-    def _watch_room(self, efd: int) -> int:
-        """For send_async: register efd for wake-ups; return a dup of the socket's fd."""
-    def _unwatch_room(self, efd: int) -> None:
-        """Undo _watch_room before efd is closed."""
+    def try_send_packed(self, topic: Topic, payload: bytes | bytearray | memoryview) -> bool:
+        """For async adapters: send if that can be done without waiting at all."""
+    def watch_room(self, efd: int) -> int:
+        """For async adapters: register efd for wake-ups; return a dup of the socket's fd."""
+    def unwatch_room(self, efd: int) -> None:
+        """Undo watch_room before efd is closed."""
     def send_packed(self, topic: Topic, payload: Any, *, timeout: float | None = None) -> None: ...
     def send_many(self, topic: Topic, objs: Iterable[Any], *,
                   timeout: float | None = None) -> None:
@@ -172,6 +175,83 @@ COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...
 
+# The keyword arguments of subscribe(), subscribe_async() and publisher(),
+# once: upcall/_options.pxi holds their defaults and checks.
+class SubscribeAsyncKwargs(TypedDict, total=False):
+    """The keywords of subscribe_async() (and subscribe(), with delivery)."""
+    topics: Iterable[bytes | str]
+    kind: Literal["sub", "pull"]
+    bind: bool
+    batch: int | None
+    thread_factory: ThreadFactory | None
+    with_topic: bool
+    on_error: Callable[[BaseException, Any], Any] | None
+    rcvhwm: int | None
+    max_message_size: int | None
+    curve_server: CurveKeyPair | None
+    curve_serverkey: CurveKey | None
+    curve_client: CurveKeyPair | None
+    socket_options: Mapping[str, int] | None
+    decoder: PayloadDecoder | None
+    raw: bool
+    copy: bool
+    max_topics: int | None
+
+class SubscribeKwargs(SubscribeAsyncKwargs, total=False):
+    """The keywords of subscribe()."""
+    delivery: Literal["thread", "caller"]
+
+class PublisherKwargs(TypedDict, total=False):
+    """The keywords of publisher()."""
+    kind: Literal["pub", "push"]
+    bind: bool
+    sndhwm: int | None
+    linger: float | None
+    curve_server: CurveKeyPair | None
+    curve_serverkey: CurveKey | None
+    curve_client: CurveKeyPair | None
+    default: Callable[[Any], Any] | None
+    encoder: Callable[[Any], bytes | bytearray | memoryview] | None
+    socket_options: Mapping[str, int] | None
+    oob_threshold: int | None
+    compression: Literal["lz4"] | None
+    coalesce: bool
+    max_delay: float | None
+    max_batch: int
+    max_bytes: int
+
+class _Option:
+    """One keyword argument: name, default, check (value -> value kept), help."""
+    name: str
+    default: Any
+    check: Callable[[Any], Any] | None
+    scope: int
+    help: str
+    def __init__(self, name: str, default: Any, check: Callable[[Any], Any] | None,
+                 scope: int, help: str) -> None: ...
+
+class _Options:
+    """Keyword arguments checked once, kept frozen; each option reads as an attribute."""
+    fields: ClassVar[Mapping[str, _Option]]
+    def __init__(self, **options: Any) -> None: ...
+    def __getattr__(self, name: str) -> Any: ...
+    def replace(self, **changes: Any) -> Self: ...
+    def as_dict(self) -> dict[str, Any]: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+@final
+class SubscribeOptions(_Options):
+    """subscribe()'s keywords, checked and frozen: subscribe(..., options=...)."""
+    def __init__(self, **kwargs: Unpack[SubscribeKwargs]) -> None: ...
+    # Narrower than the base on purpose: the keywords of this kind of options.
+    def replace(self, **changes: Unpack[SubscribeKwargs]) -> SubscribeOptions: ...  # type: ignore[override]
+
+@final
+class PublisherOptions(_Options):
+    """publisher()'s keywords, checked and frozen: publisher(..., options=...)."""
+    def __init__(self, **kwargs: Unpack[PublisherKwargs]) -> None: ...
+    def replace(self, **changes: Unpack[PublisherKwargs]) -> PublisherOptions: ...  # type: ignore[override]
+
 @final
 class Bus:
     """A zmq context and everything opened on it."""
@@ -181,75 +261,15 @@ class Bus:
     def closed(self) -> bool: ...
     @property
     def max_sockets(self) -> int | None: ...
-    def subscribe(
-        self,
-        endpoint: Endpoints,
-        target: Target | None = None,
-        *,
-        topics: Iterable[bytes | str] = (b"",),
-        kind: Literal["sub", "pull"] = "sub",
-        bind: bool = False,
-        batch: int | None = None,
-        delivery: Literal["thread", "caller"] = "thread",
-        thread_factory: ThreadFactory | None = None,
-        with_topic: bool = False,
-        on_error: Callable[[BaseException, Any], Any] | None = None,
-        rcvhwm: int | None = None,
-        max_message_size: int | None = None,
-        curve_server: CurveKeyPair | None = None,
-        curve_serverkey: CurveKey | None = None,
-        curve_client: CurveKeyPair | None = None,
-        socket_options: Mapping[str, int] | None = None,
-        decoder: PayloadDecoder | None = None,
-        raw: bool = False,
-        copy: bool = False,
-        max_topics: int | None = None,
-    ) -> Subscription: ...
-    def subscribe_async(
-        self,
-        endpoint: Endpoints,
-        *,
-        topics: Iterable[bytes | str] = (b"",),
-        kind: Literal["sub", "pull"] = "sub",
-        bind: bool = False,
-        batch: int | None = None,
-        thread_factory: ThreadFactory | None = None,
-        with_topic: bool = False,
-        on_error: Callable[[BaseException, Any], Any] | None = None,
-        rcvhwm: int | None = None,
-        max_message_size: int | None = None,
-        curve_server: CurveKeyPair | None = None,
-        curve_serverkey: CurveKey | None = None,
-        curve_client: CurveKeyPair | None = None,
-        socket_options: Mapping[str, int] | None = None,
-        decoder: PayloadDecoder | None = None,
-        raw: bool = False,
-        queue_size: int | None = None,
-        copy: bool = False,
-        max_topics: int | None = None,
-    ) -> AsyncSubscription:
+    def subscribe(self, endpoint: Endpoints, target: Target | None = None, *,
+                  options: SubscribeOptions | None = None,
+                  **kwargs: Unpack[SubscribeKwargs]) -> Subscription: ...
+    def subscribe_async(self, endpoint: Endpoints, *, queue_size: int | None = None,
+                        options: SubscribeOptions | None = None,
+                        **kwargs: Unpack[SubscribeAsyncKwargs]) -> AsyncSubscription:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
-    def publisher(
-        self,
-        endpoint: Endpoint,
-        *,
-        kind: Literal["pub", "push"] = "pub",
-        bind: bool = True,
-        sndhwm: int | None = None,
-        linger: float = 2.0,
-        curve_server: CurveKeyPair | None = None,
-        curve_serverkey: CurveKey | None = None,
-        curve_client: CurveKeyPair | None = None,
-        default: Callable[[Any], Any] | None = None,
-        encoder: Callable[[Any], bytes | bytearray | memoryview] | None = None,
-        socket_options: Mapping[str, int] | None = None,
-        oob_threshold: int | None = None,
-        compression: Literal["lz4"] | None = None,
-        coalesce: bool = False,
-        max_delay: float | None = ...,
-        max_batch: int = ...,
-        max_bytes: int = ...,
-    ) -> Publisher: ...
+    def publisher(self, endpoint: Endpoint, *, options: PublisherOptions | None = None,
+                  **kwargs: Unpack[PublisherKwargs]) -> Publisher: ...
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the bus is closed; False after timeout.  Ctrl-C raises
         KeyboardInterrupt here, however close to the wait it came (the wait

@@ -14,6 +14,7 @@ One extension module built from one .pxi per concept, included in this order:
   _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
   _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
+  _options.pxi      SubscribeOptions, PublisherOptions: every keyword argument, checked once
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
 and, here, C return codes -> exceptions, the registry that closes every bus
 before interpreter exit, what a forked child does with the objects it
@@ -51,6 +52,7 @@ import os
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 
@@ -136,10 +138,21 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-cdef object _inherited_error(str what, long pid):
-    return RuntimeError(
-        f"this {what} was created in process {pid}, and this is its forked child "
-        f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in the child")
+cdef inline bint _inherited(int generation) noexcept:
+    """True for an object made in the fork generation ``generation`` when
+    this process is a forked child of the one that made it."""
+    return generation != _fork_generation
+
+
+cdef int _check_not_inherited(int generation, str what, long pid) except -1:
+    """The fork check of every entry point of Bus, Subscription and
+    Publisher: RuntimeError in a forked child for what the parent made."""
+    if generation != _fork_generation:
+        raise RuntimeError(
+            f"this {what} was created in process {pid}, and this is its forked child "
+            f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in "
+            "the child")
+    return 0
 
 
 # Subscription, Publisher and the run objects given to thread factories are
@@ -165,6 +178,7 @@ include "_curve.pxi"
 include "_sockopts.pxi"
 include "_targets.pxi"
 include "_decoders.pxi"
+include "_options.pxi"
 include "_synthetic.pxi"
 
 
@@ -299,10 +313,20 @@ cdef list _endpoint_list(object endpoint):
     return list(endpoint)
 
 
-cdef int _hwm(object value, str name) except -2:
-    """A high-water mark: None keeps zmq's default (-1 for the core)."""
-    value = int_arg(value, name, 0, 2 ** 31 - 1, "0: no limit", or_none=True)
-    return -1 if value is None else value
+# upcall.aio, the asyncio adapter behind Bus.subscribe_async and
+# Publisher.send_async: imported at their first call (``import upcall`` does
+# not import asyncio).  This is the one place the bus names it; the adapter
+# uses only the bus's public API (Bus.subscribe(options=...),
+# Subscription.set_end_hook, Publisher.try_send_packed/watch_room/unwatch_room).
+cdef object _aio = None
+
+
+cdef object _async_adapter():
+    global _aio
+    if _aio is None:
+        import upcall.aio
+        _aio = upcall.aio
+    return _aio
 
 
 cdef bytes _topic_bytes(object topic):
@@ -410,7 +434,7 @@ A zmq context and every subscription and publisher opened on it.
     def __del__(self):
         # Subscriptions and publishers reference their bus: when it goes, they
         # have gone (each closed itself, with its own warning).
-        if self._c != NULL and not self._closed and self._fork_generation == _fork_generation:
+        if self._c != NULL and not self._closed and not _inherited(self._fork_generation):
             warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                           ResourceWarning, source=self)
 
@@ -418,13 +442,13 @@ A zmq context and every subscription and publisher opened on it.
         # A bus not closed (or whose close did not see the end) is closed
         # without waiting: the context ends in the background.  In a forked
         # child the C state is the parent's: left alone.
-        if self._c != NULL and self._fork_generation == _fork_generation:
+        if self._c != NULL and not _inherited(self._fork_generation):
             with nogil:
                 uc_bus_free(self._c)
         self._c = NULL
 
     def __repr__(self):
-        if self._fork_generation != _fork_generation:
+        if _inherited(self._fork_generation):
             state = f"inherited from process {self._pid}"
         elif self._closed:
             state = "closed" if self._ended else "closing"
@@ -435,7 +459,7 @@ A zmq context and every subscription and publisher opened on it.
     @property
     def closed(self):
         """True once close() was called (always, for a Bus inherited across fork)."""
-        return self._closed or self._fork_generation != _fork_generation
+        return self._closed or _inherited(self._fork_generation)
 
     @property
     def max_sockets(self):
@@ -445,8 +469,7 @@ A zmq context and every subscription and publisher opened on it.
         return uc_bus_max_sockets(self._c)
 
     cdef int _check_process(self) except -1:
-        if self._fork_generation != _fork_generation:
-            raise _inherited_error("Bus", self._pid)
+        _check_not_inherited(self._fork_generation, "Bus", self._pid)
         return 0
 
     cdef _check_open(self):
@@ -476,12 +499,13 @@ A zmq context and every subscription and publisher opened on it.
     # default (b"",) in a C method's text signature reads as b'' to
     # inspect.signature() on Python < 3.12 (a trailing comma is dropped).
     # So self is checked here, as CPython checks it for the others.
+    # A cyfunction (binding=True), unlike the other methods (setup.py): its
+    # signature is set below from the option rows (_options.pxi), which a
+    # cyfunction keeps; the default (b"",) would also read as b'' in a C
+    # method's text signature on Python < 3.12.  So self is checked here, as
+    # CPython checks it for the others.
     @cython.binding(True)
-    def subscribe(self, endpoint, target=None, *, topics=(b"",), kind="sub", bind=False,
-                  batch=None, delivery="thread", thread_factory=None, with_topic=False,
-                  on_error=None, rcvhwm=None, max_message_size=None,
-                  curve_server=None, curve_serverkey=None, curve_client=None,
-                  socket_options=None, decoder=None, raw=False, copy=False, max_topics=None):
+    def subscribe(self, endpoint, target=None, *, options=None, **kwargs):
         """Deliver each message arriving at ``endpoint`` to ``target``.
 
         Without a target (``delivery="caller"`` only), nothing is delivered:
@@ -531,19 +555,18 @@ A zmq context and every subscription and publisher opened on it.
         ``copy``: out-of-band values (docs/wire.md) are delivered as
         read-only ``memoryview`` objects over the received frames, without a
         copy (False, the default), or as ``bytes`` (True).
+
+        ``options``: an :class:`upcall.SubscribeOptions` made before (these
+        keywords, checked once and kept); keywords given beside it replace
+        its values.
         """
         _check_self(self, "subscribe")
-        return self._open_subscription(
-            endpoint, target, topics, kind, bind, batch, delivery, thread_factory, with_topic,
-            on_error, rcvhwm, max_message_size, curve_server, curve_serverkey, curve_client,
-            socket_options, decoder, raw, copy, max_topics, GIL_ADOPT, None)
+        return self._open_subscription(endpoint, target,
+                                       _subscribe_options(options, kwargs, 0, "subscribe()"),
+                                       GIL_ADOPT, None)
 
-    @cython.binding(True)               # as subscribe(): the default (b"",)
-    def subscribe_async(self, endpoint, *, topics=(b"",), kind="sub", bind=False, batch=None,
-                        thread_factory=None, with_topic=False, on_error=None, rcvhwm=None,
-                        max_message_size=None, curve_server=None, curve_serverkey=None,
-                        curve_client=None, socket_options=None, decoder=None, raw=False,
-                        queue_size=None, copy=False, max_topics=None):
+    @cython.binding(True)               # as subscribe(): a signature of its own
+    def subscribe_async(self, endpoint, *, queue_size=None, options=None, **kwargs):
         """Subscribe for ``async for msg in bus.subscribe_async(endpoint, ...)``.
 
         Call it from a coroutine: messages are delivered to the running event
@@ -557,27 +580,18 @@ A zmq context and every subscription and publisher opened on it.
         (``async with`` closes it).  docs/asyncio.md.
         """
         _check_self(self, "subscribe_async")
-        from upcall.aio import AsyncSubscription   # asyncio only for those who use it
+        opts = _subscribe_options(options, kwargs, _IN_ASYNC, "subscribe_async()")
         self._check_open()
-        asub = AsyncSubscription(self, endpoint, queue_size, dict(
-            topics=topics, kind=kind, bind=bind, batch=batch, thread_factory=thread_factory,
-            with_topic=with_topic, on_error=on_error, rcvhwm=rcvhwm,
-            max_message_size=max_message_size, curve_server=curve_server,
-            curve_serverkey=curve_serverkey, curve_client=curve_client,
-            socket_options=socket_options, decoder=decoder, raw=raw, copy=copy,
-            max_topics=max_topics))
+        asub = _async_adapter().AsyncSubscription(self, endpoint, queue_size, opts)
         self._async_subs.add(asub)
         return asub
 
-    cdef Subscription _open_subscription(
-            self, object endpoint, object target, object topics, object kind, object bind,
-            object batch, object delivery, object thread_factory, object with_topic,
-            object on_error, object rcvhwm, object max_message_size, object curve_server,
-            object curve_serverkey, object curve_client, object socket_options, object decoder,
-            object raw, object copy, object max_topics, int gil_mode, _Source source):
+    cdef Subscription _open_subscription(self, object endpoint, object target, object opts,
+                                         int gil_mode, _Source source):
         """subscribe()'s body, which the private entry points share: they add a
         GIL mode (GIL_ADOPT or GIL_PER_UPCALL) and a source (None: a zmq
-        socket on ``endpoint``; else ``source.open`` makes the loop)."""
+        socket on ``endpoint``; else ``source.open`` makes the loop).  ``opts``:
+        a SubscribeOptions, whose values are checked already."""
         cdef uc_sub_opts o
         cdef int err = 0
         cdef Py_ssize_t i
@@ -588,6 +602,8 @@ A zmq context and every subscription and publisher opened on it.
         self._check_open()
         ep_list = _endpoint_list(endpoint) if source is None else [endpoint]
         ep_bytes = [(<str>e).encode("utf-8") for e in ep_list] if source is None else []
+        delivery = opts.delivery
+        kind = opts.kind
         inbox = None
         if target is None:
             if delivery != "caller":
@@ -596,46 +612,16 @@ A zmq context and every subscription and publisher opened on it.
                                 "in sub`), or a target to deliver to")
             target = inbox = _Inbox()
         target_kind = _target_kind(target)
-        payload_decoder = _payload_decoder(decoder, raw)
-        if not isinstance(copy, bool):
-            raise TypeError(f"copy must be True or False, not {type(copy).__name__}")
-        if on_error is not None and not callable(on_error):
-            raise TypeError(f"on_error must be callable or None, not {type(on_error).__name__}")
-        if kind not in ("sub", "pull"):
-            raise ValueError(f"kind must be 'sub' or 'pull', not {kind!r}")
-        if delivery not in ("thread", "caller"):
-            raise ValueError(f"delivery must be 'thread' or 'caller', not {delivery!r}")
-        batch = int_arg(batch, "batch", 1, 1_000_000, f"None: {DEFAULT_BATCH}", or_none=True)
-        if batch is None:
-            batch = DEFAULT_BATCH
-        if isinstance(topics, (bytes, str)):
-            raise TypeError("topics must be an iterable of bytes/str prefixes, "
-                            "not a single bytes/str (wrap it in a list)")
-        try:
-            topic_list = [_topic_bytes(t) for t in topics]
-        except TypeError as exc:
-            raise TypeError(f"topics: {exc}") from None
-        if kind == "pull" and topic_list not in ([], [b""]):
-            raise ValueError("topics apply to kind='sub' only; a pull socket receives everything")
-        # A prefix given twice is one prefix: one unsubscribe() removes it.
-        topic_list = list(dict.fromkeys(topic_list)) if kind == "sub" else []
-        max_topics = int_arg(max_topics, "max_topics", 1, 2 ** 31 - 1,
-                             f"None: {DEFAULT_MAX_TOPICS}", or_none=True)
-        if max_topics is None:
-            max_topics = DEFAULT_MAX_TOPICS
-        if len(topic_list) > max_topics:
-            raise ValueError(f"topics: {len(topic_list)} prefixes, more than the limit "
-                             f"(max_topics={max_topics}); pass a larger subscribe(max_topics=...) "
-                             "to allow more")
-        factory = _check_factory(thread_factory, "thread_factory")
+        payload_decoder = _payload_decoder(opts.decoder, opts.raw)   # each its own
+        batch = opts.batch
+        topic_list = list(opts.topics) if kind == "sub" else []
+        max_topics = opts.max_topics
+        factory = opts.thread_factory
         if factory is None:
             factory = self._factory
-        mms = int_arg(max_message_size, "max_message_size", 1, 2 ** 63 - 1,
-                      "None: no limit", or_none=True)
-        if mms is None:
-            mms = -1
-        curve = _curve_keys(ep_list, curve_server, curve_serverkey, curve_client)
-        sockopts = _socket_options(socket_options)
+        mms = -1 if opts.max_message_size is None else opts.max_message_size
+        curve = _curve_keys(ep_list, opts.curve_server, opts.curve_serverkey, opts.curve_client)
+        sockopts = _socket_options(opts.socket_options)
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
@@ -644,10 +630,10 @@ A zmq context and every subscription and publisher opened on it.
         sub._source = source
         sub._target = target
         sub._inbox = inbox
-        sub._on_error = on_error
+        sub._on_error = opts.on_error
         sub._decoder = payload_decoder
-        sub._with_topic = bool(with_topic)
-        sub._copy = copy
+        sub._with_topic = opts.with_topic
+        sub._copy = opts.copy
         sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
         sub._max_size_given = mms >= 0
         sub._caller = delivery == "caller"
@@ -663,9 +649,9 @@ A zmq context and every subscription and publisher opened on it.
         memset(&o, 0, sizeof(o))
         o.kind = UC_SUB if kind == "sub" else UC_PULL
         o.failed_endpoint = &failed
-        o.bind = 1 if bind else 0
+        o.bind = 1 if opts.bind else 0
         o.batch = batch
-        o.rcvhwm = _hwm(rcvhwm, "rcvhwm")
+        o.rcvhwm = -1 if opts.rcvhwm is None else opts.rcvhwm
         o.max_message_size = mms
         _fill_curve(&o.curve, curve)
         o.deliver = _deliver
@@ -729,17 +715,13 @@ A zmq context and every subscription and publisher opened on it.
                 raise sub._start_error
             if len(ep_list) > 1 and failed < <size_t>len(ep_list):
                 self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}",
-                                  ep_list[failed], bind)
-            self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], bind)
+                                  ep_list[failed], opts.bind)
+            self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
         self._subs.add(sub)
         return sub
 
-    def publisher(self, endpoint, *, kind="pub", bind=True, sndhwm=None, linger=2.0,
-                  curve_server=None, curve_serverkey=None, curve_client=None,
-                  default=None, encoder=None, socket_options=None,
-                  oob_threshold=None, compression=None, coalesce=False,
-                  max_delay=DEFAULT_MAX_DELAY, max_batch=DEFAULT_MAX_BATCH,
-                  max_bytes=DEFAULT_MAX_BYTES):
+    @cython.binding(True)               # a signature of its own, from the option rows
+    def publisher(self, endpoint, *, options=None, **kwargs):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
         ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
@@ -790,48 +772,43 @@ A zmq context and every subscription and publisher opened on it.
         coalesced: the built-in encoder's, or an ``encoder=`` that writes
         msgpack (e.g. msgspec's).  ``max_batch`` and ``max_bytes``
         also size :meth:`Publisher.send_many`'s batches without coalescing.
+
+        ``options``: an :class:`upcall.PublisherOptions` made before;
+        keywords given beside it replace its values.
         """
         cdef uc_pub_opts o
         cdef int err = 0
+        _check_self(self, "publisher")
+        opts = _publisher_options(options, kwargs)
         self._check_open()
         ep = _endpoint_bytes(endpoint)
-        if kind not in ("pub", "push"):
-            raise ValueError(f"kind must be 'pub' or 'push', not {kind!r}")
-        if default is not None and not callable(default):
-            raise TypeError(f"default must be callable or None, not {type(default).__name__}")
-        if encoder is not None and not callable(encoder):
-            raise TypeError(f"encoder must be callable or None, not {type(encoder).__name__}")
-        if default is not None and encoder is not None:
-            raise TypeError("give default= (a hook of the built-in encoder) or encoder= (a "
-                            "replacement of it), not both: pass the hook to your encoder")
-        curve = _curve_keys([endpoint], curve_server, curve_serverkey, curve_client)
-        sockopts = _socket_options(socket_options)
+        curve = _curve_keys([endpoint], opts.curve_server, opts.curve_serverkey,
+                            opts.curve_client)
+        sockopts = _socket_options(opts.socket_options)
         memset(&o, 0, sizeof(o))
-        o.kind = UC_PUB if kind == "pub" else UC_PUSH
+        o.kind = UC_PUB if opts.kind == "pub" else UC_PUSH
         o.endpoint = ep
-        o.bind = 1 if bind else 0
-        o.sndhwm = _hwm(sndhwm, "sndhwm")
-        o.linger_ms = _timeout_ms(linger, "linger")
+        o.bind = 1 if opts.bind else 0
+        o.sndhwm = -1 if opts.sndhwm is None else opts.sndhwm
+        o.linger_ms = _timeout_ms(opts.linger, "linger")
         _fill_curve(&o.curve, curve)
         cdef Publisher pub = Publisher.__new__(Publisher, _MADE_HERE)
         pub._bus = self
         pub.endpoint = endpoint
-        pub._encoder = Encoder(default=default)
-        pub._encode = encoder
-        pub._oob_threshold = _oob_threshold_arg(oob_threshold)
-        pub._compress = _compression_arg(compression)
-        if pub._compress and oob_threshold is None:
+        pub._encoder = Encoder(default=opts.default)
+        pub._encode = opts.encoder
+        pub._oob_threshold = _oob_threshold_arg(opts.oob_threshold)
+        pub._compress = _compression_arg(opts.compression)
+        if pub._compress and opts.oob_threshold is None:
             # Compression applies to out-of-band frames only: asking for it
             # asks for them.
             pub._oob_threshold = DEFAULT_OOB_THRESHOLD
-        if not isinstance(coalesce, bool):
-            raise TypeError(f"coalesce must be True or False, not {type(coalesce).__name__}")
-        o.coalesce = 1 if coalesce else 0
-        o.max_delay_us = _max_delay_us(max_delay)
-        o.max_batch = int_arg(max_batch, "max_batch", 1, 2147483647)
-        o.max_bytes = int_arg(max_bytes, "max_bytes", 64, 0xffffffff)
+        o.coalesce = 1 if opts.coalesce else 0
+        o.max_delay_us = _max_delay_us(opts.max_delay)
+        o.max_batch = opts.max_batch
+        o.max_bytes = opts.max_bytes
         o.max_topics = _MAX_TOPICS
-        pub._coalesce = UC_SEND_COALESCE if coalesce else 0
+        pub._coalesce = UC_SEND_COALESCE if opts.coalesce else 0
         pub._max_batch, pub._max_bytes = o.max_batch, o.max_bytes
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
@@ -840,7 +817,7 @@ A zmq context and every subscription and publisher opened on it.
         finally:
             free(<void *>o.sockopts)
         if pub._c == NULL:
-            self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, bind)
+            self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, opts.bind)
         self._pubs.add(pub)
         return pub
 
@@ -948,32 +925,33 @@ A zmq context and every subscription and publisher opened on it.
 # ---- private entry points: what Bus.subscribe() does not offer users ---------
 #
 # The benchmark (and the tests) open subscriptions with a GIL mode or a source
-# that users have no use for.  They take subscribe()'s keyword arguments, with
-# its defaults, and share its body.
-
-cdef Subscription _subscribe_privately(Bus bus, object endpoint, object target, int gil_mode,
-                                       _Source source, dict subscribe_kwargs):
-    """``bus.subscribe(endpoint, target, **subscribe_kwargs)``, opened with
-    ``gil_mode`` and ``source`` (see Bus._open_subscription)."""
-    defaults = Bus.subscribe.__kwdefaults__   # its signature is the one place they are written
-    for name in subscribe_kwargs:
-        if name not in defaults:
-            raise TypeError(f"unexpected keyword argument {name!r}: "
-                            "Bus.subscribe() has no such argument")
-    kw = {**defaults, **subscribe_kwargs}
-    return bus._open_subscription(
-        endpoint, target, kw["topics"], kw["kind"], kw["bind"], kw["batch"], kw["delivery"],
-        kw["thread_factory"], kw["with_topic"], kw["on_error"], kw["rcvhwm"],
-        kw["max_message_size"], kw["curve_server"], kw["curve_serverkey"], kw["curve_client"],
-        kw["socket_options"], kw["decoder"], kw["raw"], kw["copy"], kw["max_topics"], gil_mode,
-        source)
-
+# that users have no use for.  They take subscribe()'s keyword arguments (a
+# SubscribeOptions) and share its body.
 
 def _subscribe_per_upcall(Bus bus not None, endpoint, target, **subscribe_kwargs):
     """``bus.subscribe(endpoint, target, **subscribe_kwargs)`` with the classic
     PyGILState_Ensure/Release around every message instead of an adopted
     thread state: what adoption saves is measured against it (docs/threads.md)."""
-    return _subscribe_privately(bus, endpoint, target, GIL_PER_UPCALL, None, subscribe_kwargs)
+    return bus._open_subscription(
+        endpoint, target, _subscribe_options(None, subscribe_kwargs, 0, "subscribe()"),
+        GIL_PER_UPCALL, None)
+
+
+# The signatures of the entry points that take options (inspect.signature,
+# help(), stubtest): made from the option rows, the one place they are written.
+_P = inspect.Parameter
+Bus.subscribe.__signature__ = _signature(
+    _SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+                        _P("endpoint", _P.POSITIONAL_OR_KEYWORD),
+                        _P("target", _P.POSITIONAL_OR_KEYWORD, default=None)])
+Bus.subscribe_async.__signature__ = _signature(
+    _SUBSCRIBE_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+                        _P("endpoint", _P.POSITIONAL_OR_KEYWORD)], _IN_ASYNC,
+    [_P("queue_size", _P.KEYWORD_ONLY, default=None)])
+Bus.publisher.__signature__ = _signature(
+    _PUBLISHER_OPTIONS, [_P("self", _P.POSITIONAL_OR_KEYWORD),
+                        _P("endpoint", _P.POSITIONAL_OR_KEYWORD)])
+del _P
 
 
 # Public types read as upcall.X (reprs, error messages, help()), not as this

@@ -167,7 +167,7 @@ cdef class Publisher:
         self._pid = os.getpid()
 
     def __del__(self):
-        if self._c != NULL and self._fork_generation == _fork_generation:
+        if self._c != NULL and not _inherited(self._fork_generation):
             try:
                 warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                               ResourceWarning, source=self)
@@ -179,7 +179,7 @@ cdef class Publisher:
     def __dealloc__(self):
         cdef uc_pub *c = self._c
         # In a forked child the socket is the parent's: left alone.
-        if c != NULL and self._fork_generation == _fork_generation:
+        if c != NULL and not _inherited(self._fork_generation):
             # Without the GIL: closing a coalescing publisher sends its
             # pending batches, which may wait (up to linger) for a peer.
             with nogil:
@@ -188,14 +188,14 @@ cdef class Publisher:
         mp_writer_free(&self._w)
 
     def __repr__(self):
-        if self._fork_generation != _fork_generation:
+        if _inherited(self._fork_generation):
             return f"<upcall.Publisher {self.endpoint} inherited from process {self._pid}>"
         return f"<upcall.Publisher {self.last_endpoint}{' closed' if self._c == NULL else ''}>"
 
     @property
     def closed(self):
         """True once closed, and for a Publisher inherited across fork."""
-        return self._c == NULL or self._fork_generation != _fork_generation
+        return self._c == NULL or _inherited(self._fork_generation)
 
     @property
     def last_endpoint(self):
@@ -357,12 +357,14 @@ cdef class Publisher:
         _TopicView(topic)
         self._check_open()
         payload = _encoded(self._encode, obj) if self._encode is not None else self._encoder._encode(obj)
-        from upcall.aio import send_when_ready   # asyncio is imported only by those who use it
-        return send_when_ready(self, topic, payload, None if timeout is None else float(timeout))
+        return _async_adapter().send_when_ready(self, topic, payload,
+                                                None if timeout is None else float(timeout))
 
-    def _try_send(self, topic, payload):
-        """For send_async: send ``[topic, payload]`` if that can be done now,
-        without waiting even for another thread's send.  True if sent."""
+    def try_send_packed(self, topic, payload):
+        """For async adapters (send_async): send ``[topic, payload]``
+        (already-encoded bytes) if that can be done now, without waiting even
+        for another thread's send.  True if sent, False at the high-water
+        mark or while another thread sends."""
         cdef _TopicView t = _TopicView(topic)
         cdef Py_buffer view
         cdef int rc
@@ -378,8 +380,8 @@ cdef class Publisher:
         _check_rc(rc, "send_async")
         return True
 
-    def _watch_room(self, int efd):
-        """For send_async at the high-water mark: register the eventfd efd,
+    def watch_room(self, int efd):
+        """For async adapters (send_async) at the high-water mark: register the eventfd efd,
         signalled when another sender may have left room (uc_pub_watch);
         return a duplicate of the socket's ZMQ_FD, for the event loop to
         watch too (the caller closes it: it stays valid, silent, once the
@@ -392,10 +394,10 @@ cdef class Publisher:
             uc_pub_unwatch(self._c, efd)
             raise
 
-    def _unwatch_room(self, int efd):
-        """Undo _watch_room before efd is closed.  A closed publisher has
+    def unwatch_room(self, int efd):
+        """Undo watch_room before efd is closed.  A closed publisher has
         forgotten it already (its close shut it down first)."""
-        if self._c != NULL and self._fork_generation == _fork_generation:
+        if self._c != NULL and not _inherited(self._fork_generation):
             uc_pub_unwatch(self._c, efd)
 
     def send_packed(self, topic, payload, *, timeout=None):
@@ -522,7 +524,7 @@ cdef class Publisher:
     @property
     def pending(self):
         """Messages waiting in coalesced batches now (0 without coalescing)."""
-        if self._c == NULL or self._fork_generation != _fork_generation:
+        if self._c == NULL or _inherited(self._fork_generation):
             return 0
         return uc_pub_pending(self._c)
 
@@ -618,8 +620,7 @@ cdef class Publisher:
         return a.count
 
     cdef _check_open(self):
-        if self._fork_generation != _fork_generation:
-            raise _inherited_error("Publisher", self._pid)
+        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
         if self._c == NULL:
             raise ValueError("send on a closed publisher")
 
@@ -676,8 +677,7 @@ cdef class Publisher:
         the "upcall" logger saying how many messages (``extra``:
         ``discarded``); the publisher is closed either way."""
         cdef uc_pub *c = self._c
-        if self._fork_generation != _fork_generation:
-            raise _inherited_error("Publisher", self._pid)
+        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
         if c == NULL:
             return
         self._c = NULL
@@ -697,8 +697,7 @@ cdef class Publisher:
                     self._bus._forget(self)
 
     def __enter__(self):
-        if self._fork_generation != _fork_generation:
-            raise _inherited_error("Publisher", self._pid)
+        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
         return self
 
     def __exit__(self, *exc_info):

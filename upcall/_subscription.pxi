@@ -164,7 +164,7 @@ cdef class Subscription:
     cdef long _pid
     cdef _ErrorLog _decode_log    # errors logged without on_error, rate-limited
     cdef _ErrorLog _target_log
-    cdef object _end_hook         # _set_end_hook(): called once when the loop ends
+    cdef object _end_hook         # set_end_hook(): called once when the loop ends
     cdef object _end_exc          # what ended the loop (KeyboardInterrupt...), for _end_hook
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef object __weakref__       # the bus keeps a weak reference
@@ -192,14 +192,14 @@ cdef class Subscription:
     def __dealloc__(self):
         # The loop holds a reference to us while it runs, so it has ended.  In
         # a forked child the C state is the parent's: left alone.
-        if self._c != NULL and self._fork_generation == _fork_generation:
+        if self._c != NULL and not _inherited(self._fork_generation):
             uc_sub_free(self._c)
         self._c = NULL
         free(self._st.selected)
         self._st.selected = NULL
 
     def __repr__(self):
-        if self._fork_generation != _fork_generation:
+        if _inherited(self._fork_generation):
             state = f"inherited from process {self._pid}"
         else:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
@@ -208,8 +208,7 @@ cdef class Subscription:
         return f"<upcall.Subscription {','.join(eps)} topics={list(self.topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
-        if self._fork_generation != _fork_generation:
-            raise _inherited_error("Subscription", self._pid)
+        _check_not_inherited(self._fork_generation, "Subscription", self._pid)
         return 0
 
     cdef _request_stop(self):
@@ -225,7 +224,7 @@ cdef class Subscription:
     def closed(self):
         """True once close() was called or delivery ended (StopDelivery), and
         for a Subscription inherited across fork."""
-        if self._fork_generation != _fork_generation:
+        if _inherited(self._fork_generation):
             return True
         return bool(self._closed or (self._c != NULL and uc_sub_finished(self._c)))
 
@@ -484,8 +483,8 @@ cdef class Subscription:
         if self._bus is not None:
             self._bus._forget(self)
 
-    def _set_end_hook(self, hook):
-        """Private (upcall.aio): ``hook(exc)`` is called once when the
+    def set_end_hook(self, hook):
+        """For async adapters (upcall.aio): ``hook(exc)`` is called once when the
         delivery loop ends, whatever ended it (close, the bus closing,
         StopDelivery, the end of its source, a KeyboardInterrupt or
         SystemExit from the target, decoder or on_error), on the loop's
@@ -494,7 +493,7 @@ cdef class Subscription:
         then the hook's to report (not written as unraisable), else None.
         Thread mode only."""
         if self._caller:
-            raise ValueError("_set_end_hook() is for thread-mode subscriptions")
+            raise ValueError("set_end_hook() is for thread-mode subscriptions")
         if self._loop_ended:
             exc, self._end_exc = self._end_exc, None
             hook(exc)

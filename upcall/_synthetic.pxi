@@ -12,10 +12,10 @@ _NIL = b"\xc0"
 # What Subscription.endpoint says for a synthetic source.
 _SYNTHETIC_ENDPOINT = "synthetic source"
 
-# The subscribe() keyword arguments that apply to a synthetic source; the
-# others configure a zmq socket.
-_SYNTHETIC_SUBSCRIBE_KWARGS = ("batch", "delivery", "thread_factory", "with_topic", "on_error",
-                               "decoder", "raw")
+# The subscribe() keyword arguments that apply to a synthetic source (the
+# rows of _options.pxi marked _IN_SYNTHETIC); the others configure a zmq socket.
+_SYNTHETIC_SUBSCRIBE_KWARGS = tuple(row.name for row in _SUBSCRIBE_OPTIONS
+                                    if row.scope & _IN_SYNTHETIC)
 
 
 @cython.final
@@ -60,6 +60,7 @@ def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, 
         if name not in _SYNTHETIC_SUBSCRIBE_KWARGS:
             raise TypeError(f"unexpected keyword argument {name!r}: of subscribe()'s, a "
                             f"synthetic source takes only {', '.join(_SYNTHETIC_SUBSCRIBE_KWARGS)}")
+    opts = SubscribeOptions(**subscribe_kwargs)
     count = int_arg(count, "count", 1, 2 ** 64 - 1, "None: no end", or_none=True)
     if payload is None:
         payload = _NIL
@@ -86,9 +87,8 @@ def _synthetic_subscribe(Bus bus not None, target, *, count=None, payload=None, 
     source.rate = float(rate or 0.0)
     source.backlog_max = backlog_max or 0
     source.record_latency = 1 if record_latency else 0
-    return _subscribe_privately(bus, _SYNTHETIC_ENDPOINT, target,
-                                GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT,
-                                source, subscribe_kwargs)
+    return bus._open_subscription(_SYNTHETIC_ENDPOINT, target, opts,
+                                  GIL_PER_UPCALL if gil == "per-upcall" else GIL_ADOPT, source)
 
 
 def _synthetic_info(Subscription sub not None):

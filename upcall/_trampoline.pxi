@@ -188,7 +188,7 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
 
 cdef void _loop_ended_with_gil(Subscription sub) noexcept:
     # The one place a thread-mode loop's end is told, whatever ended it:
-    # the end hook (Subscription._set_end_hook) runs here, after the last
+    # the end hook (Subscription.set_end_hook) runs here, after the last
     # delivery.  An error from the hook is reported, never raised.
     sub._loop_ended = True
     hook, sub._end_hook = sub._end_hook, None

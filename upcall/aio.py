@@ -31,7 +31,13 @@ out).  When it is full:
                stats["dropped"]: a PUB socket drops for a slow subscriber
                anyway, and waiting would only move the loss into zmq.
 
-This module imports asyncio; ``import upcall`` does not import it.
+This module imports asyncio; ``import upcall`` does not import it.  It is
+an adapter over the bus's public API: it depends on upcall._bus, never the
+reverse (the bus's subscribe_async and send_async import it at their first
+call, and use nothing of it but AsyncSubscription and send_when_ready).  The
+hooks it uses are there for any async adapter: Bus.subscribe(options=...),
+Subscription.set_end_hook, Publisher.try_send_packed, watch_room and
+unwatch_room.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from upcall._bus import StopDelivery
+from upcall._bus import StopDelivery, SubscribeOptions
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -165,8 +171,8 @@ class AsyncSubscription:
     unraisable).
     """
 
-    def __init__(self, bus: Bus, endpoint: str, queue_size: int | None,
-                 subscribe_kwargs: dict[str, Any]) -> None:
+    def __init__(self, bus: Bus, endpoint: str | list[str] | tuple[str, ...],
+                 queue_size: int | None, options: SubscribeOptions) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -178,12 +184,12 @@ class AsyncSubscription:
             raise TypeError(f"queue_size must be an int or None, not {type(queue_size).__name__}")
         elif queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, not {queue_size!r}")
-        self._bridge = _Bridge(loop, queue_size, subscribe_kwargs.get("kind") == "pull")
+        self._bridge = _Bridge(loop, queue_size, options.kind == "pull")
         self._batch: list[Any] = []      # the batch being handed out, from _pos on
         self._pos = 0
-        self._sub: Subscription = bus.subscribe(endpoint, self._bridge, **subscribe_kwargs)
+        self._sub: Subscription = bus.subscribe(endpoint, self._bridge, options=options)
         # Every end of the delivery loop ends the iteration, through finish.
-        self._sub._set_end_hook(self._bridge.finish)
+        self._sub.set_end_hook(self._bridge.finish)
 
     def __repr__(self) -> str:
         return f"<upcall.aio.AsyncSubscription of {self._sub!r}>"
@@ -332,7 +338,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
     socket's commands, so ZMQ_FD fires again only when something changes.
     csrc/bus.h, uc_pub_watch."""
     global _send_wakeups
-    if pub._try_send(topic, payload):
+    if pub.try_send_packed(topic, payload):
         return
     if timeout == 0:
         raise BlockingIOError("send_async would block (high-water mark reached)")
@@ -353,7 +359,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
     zfd = -1
     timer = None
     try:
-        zfd = pub._watch_room(efd)
+        zfd = pub.watch_room(efd)
         loop.add_reader(efd, ready)
         loop.add_reader(zfd, ready)
         if timeout is not None:
@@ -361,7 +367,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
         while True:
             waiter = loop.create_future()
             # Watched before this try: room made after it wakes the waiter.
-            if pub._try_send(topic, payload):
+            if pub.try_send_packed(topic, payload):
                 return
             if expired:
                 raise TimeoutError(f"send_async did not complete within {timeout} s "
@@ -376,5 +382,5 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
             loop.remove_reader(zfd)
             loop.remove_reader(efd)
             os.close(zfd)
-        pub._unwatch_room(efd)
+        pub.unwatch_room(efd)
         os.close(efd)

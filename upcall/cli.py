@@ -3,7 +3,7 @@
     upcall listen ENDPOINT [--topic T ...] [--bind] [--kind sub|pull] [--count N]
                   [--max-message-size BYTES]
     upcall publish ENDPOINT [--topic T] [--bind] [--kind pub|push] [JSON ...]
-    upcall bench [ARGS ...]
+    upcall bench             (says where the benchmark lives: the source repository)
     upcall --version
 
 ``listen`` prints one JSON line per message, ``{"topic": ..., "payload": ...}``;
@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from typing import Any, Iterator, Optional, Sequence
 
 import upcall
+from upcall._bus import PublisherOptions, SubscribeOptions
 from upcall._codec import DEFAULT_MAX_DEPTH
 from upcall._jsonmap import dumps, from_json, to_json, topic_to_json
 
@@ -34,9 +34,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130    # what a shell reports for a command ended by SIGINT
-
-# Where the benchmark lives in a source checkout, next to the package.
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Failure(Exception):
@@ -203,26 +200,20 @@ def _publish(opts: argparse.Namespace) -> int:
 
 # ---- bench --------------------------------------------------------------------
 
-def find_benchmark(root: str = _SOURCE_ROOT) -> Optional[str]:
-    """bench_upcalls.py of the source checkout this package runs from, if any."""
-    script = os.path.join(root, "bench_upcalls.py")
-    if os.path.isfile(script) and os.path.isdir(os.path.join(root, "bench")):
-        return script
-    return None
+#: Where the benchmark is: neither the wheel nor the sdist ships it
+#: (MANIFEST.in leaves bench/ and bench_upcalls.py out), so the package never
+#: looks for it; it says where it lives instead.
+BENCH_WHERE = ("the benchmark is not part of upcall's package (neither the wheel nor the "
+               "sdist ships it): it lives in upcall's source repository, bench_upcalls.py "
+               "and bench/; in a clone, run `make bench` (it builds what it needs), or "
+               "`python bench_upcalls.py --help` for its options")
 
 
-def _bench(opts: argparse.Namespace, root: str = _SOURCE_ROOT) -> int:
-    script = find_benchmark(root)
-    if script is None and {"-h", "--help"} & set(opts.args):
+def _bench(opts: argparse.Namespace) -> int:
+    if {"-h", "--help"} & set(opts.args):
         opts.parser.print_help()
         return EXIT_OK
-    if script is None:
-        raise Failure("the benchmark is not part of the installed package: get the source "
-                      "(a clone or the sdist) and run `upcall bench` with it installed in "
-                      "editable mode (pip install -e .), or `python bench_upcalls.py` / "
-                      "`make bench` there", EXIT_USAGE)
-    # Its own process: its exit status and its output are the command's.
-    return subprocess.call([sys.executable, script, *opts.args])
+    raise Failure(BENCH_WHERE, EXIT_USAGE)
 
 
 # ---- the parser -----------------------------------------------------------------
@@ -235,6 +226,40 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
     return n
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _add_option(parser: argparse.ArgumentParser, options: type[Any], name: str,
+                parse: Any = None, **overrides: Any) -> None:
+    """``--NAME`` for the option ``name`` of ``options`` (SubscribeOptions or
+    PublisherOptions): its default, help and choices, and its value checked
+    by the option's own check (one message for the API and the command line);
+    ``parse`` turns the text into the value first; ``overrides``: argparse's
+    keywords where the command line differs."""
+    row = options.fields[name]
+    kwargs: dict[str, Any] = dict(default=row.default, help=row.help)
+    choices = getattr(row.check, "choices", None)
+    if choices is not None:
+        kwargs["choices"] = list(choices)
+        kwargs["help"] = f"{row.help} (default: {row.default})"
+    elif parse is not None:
+        check = row.check
+
+        def convert(text: str) -> Any:
+            value = parse(text)
+            try:
+                return value if check is None else check(value)
+            except (TypeError, ValueError) as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+        kwargs["type"] = convert
+    kwargs.update(overrides)
+    parser.add_argument("--" + name.replace("_", "-"), **kwargs)
 
 
 def _count(text: str) -> int:
@@ -302,17 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a topic prefix to subscribe to (repeatable; default: everything)")
     lp.add_argument("--bind", action="store_true",
                     help="bind ENDPOINT (default: connect to it)")
-    lp.add_argument("--kind", choices=["sub", "pull"], default="sub",
-                    help="socket type (default: sub)")
+    _add_option(lp, SubscribeOptions, "kind")
     lp.add_argument("--count", "-n", type=_positive, default=None, metavar="N",
                     help="exit after N messages (default: run until Ctrl-C)")
-    lp.add_argument("--curve-serverkey", metavar="K",
-                    help="the server's CURVE public key (Z85): connect encrypted")
-    lp.add_argument("--max-message-size", type=_positive, default=None, metavar="BYTES",
-                    help="skip messages larger than BYTES once decompressed (and drop a "
-                         "peer sending a larger frame); default: no limit on frames, "
-                         f"{upcall.DEFAULT_MAX_DECOMPRESSED // (1 << 20)} MiB of decompressed "
-                         "values per message")
+    _add_option(lp, SubscribeOptions, "curve_serverkey", metavar="K")
+    _add_option(lp, SubscribeOptions, "max_message_size", parse=_integer, metavar="BYTES",
+                help="skip messages larger than BYTES once decompressed (and drop a "
+                     "peer sending a larger frame); default: no limit on frames, "
+                     f"{upcall.DEFAULT_MAX_DECOMPRESSED // (1 << 20)} MiB of decompressed "
+                     "values per message")
     lp.add_argument("--verbose", "-v", action="store_true",
                     help="say on stderr where it listens (the port of a tcp://...:* bind)")
     lp.set_defaults(run=_listen)
@@ -331,26 +354,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the topic of every message (default: empty)")
     pp.add_argument("--bind", action="store_true",
                     help="bind ENDPOINT (default: connect to it)")
-    pp.add_argument("--kind", choices=["pub", "push"], default="pub",
-                    help="socket type (default: pub)")
+    _add_option(pp, PublisherOptions, "kind")
     pp.add_argument("--wait", type=_count, default=1, metavar="N",
                     help="pub: subscriptions to wait for before sending "
                          "(Publisher.wait_subscriptions; default 1, 0: do not wait)")
     pp.add_argument("--wait-timeout", type=_seconds, default=None, metavar="S",
                     help="give up (status 1) if they are not there after S seconds "
                          "(default: wait until Ctrl-C)")
-    pp.add_argument("--linger", type=_seconds, default=5.0, metavar="S",
-                    help="at exit, wait at most S seconds for unsent messages (default 5)")
-    pp.add_argument("--curve-serverkey", metavar="K",
-                    help="the server's CURVE public key (Z85): connect encrypted")
+    _add_option(pp, PublisherOptions, "linger", parse=_seconds, default=5.0, metavar="S",
+                help="at exit, wait at most S seconds for unsent messages (default 5)")
+    _add_option(pp, PublisherOptions, "curve_serverkey", metavar="K")
     pp.set_defaults(run=_publish)
 
     bp = commands.add_parser(
         "bench", add_help=False, formatter_class=fmt,
-        help="run the benchmark (bench_upcalls.py; a source checkout only)",
-        description="Runs bench_upcalls.py of the source checkout with ARGS\n"
-                    "(`upcall bench --help` shows its options).  The benchmark is\n"
-                    "not part of the installed package.")
+        help="where the benchmark lives (the source repository: make bench)",
+        description="The benchmark is not part of upcall's package (neither the\n"
+                    "wheel nor the sdist ships it): it lives in upcall's source\n"
+                    "repository, bench_upcalls.py and bench/.  In a clone, run\n"
+                    "`make bench`, or `python bench_upcalls.py --help` for its options.")
     bp.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
     bp.set_defaults(run=_bench, parser=bp)
     parser.set_defaults(publish_parser=pp)
