@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
-                         _anext_message, _Pending)
+                         _anext_message, _park, _Pending, _unpark_batch)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -109,6 +109,9 @@ class _Bridge(Handler):
                 if not room:
                     return
                 msgs = msgs[:room]
+            # Untracked while queued, tracked again when handed out
+            # (upcall/_aiter.pxi): the collector does not walk the queue.
+            _park(msgs)
             self.queue.append(msgs)
             self.queued += len(msgs)
             self.accepted += len(msgs)
@@ -141,6 +144,8 @@ class _Bridge(Handler):
             if exc is not None and self.error is None:
                 self.error = exc
             if discard:
+                for batch in self.queue:
+                    _unpark_batch(batch)    # back to the collector
                 self.queue.clear()
                 self.queued = 0
             self.cond.notify_all()
