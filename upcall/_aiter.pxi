@@ -64,74 +64,75 @@ cdef object _NOTHING = object()
 # map, more than half of what the hand-over costs).  While a message is
 # queued nothing but the queue refers to it, and the decoder never makes a
 # reference cycle: so its containers are untracked while it waits
-# (_park) and tracked again when it is handed out (_unpark), before anyone
-# else can see them.  The collector is conservative about an untracked
+# (the trampoline, for an _AsyncTarget; _park for anything else) and
+# tracked again when it is handed out (_set_tracking), before anyone else
+# can see them.  The collector is conservative about an untracked
 # container (what it refers to counts as referenced from outside), so this
 # can only delay the collection of a cycle a foreign decoder made, never
 # free anything alive; closing hands a discarded queue back to the
 # collector too (_unpark_batch).  Only exact dicts, lists and tuples are
-# touched, down to _PARK_DEPTH levels.
+# touched, down to 32 levels.
 
-cdef extern from "Python.h":
-    void PyObject_GC_UnTrack(void *op)
-    void PyObject_GC_Track(void *op)
-    int PyObject_GC_IsTracked(object op)
-    bint PyObject_IS_GC(object o)
-    bint PyDict_CheckExact(object o)
-    bint PyList_CheckExact(object o)
-    bint PyTuple_CheckExact(object o)
-    int PyDict_Next(object p, Py_ssize_t *pos, PyObject **key, PyObject **value)
-    Py_ssize_t PyTuple_GET_SIZE(object p)
-    PyObject *PyTuple_GET_ITEM(object p, Py_ssize_t pos)
+cdef extern from *:
+    """
+    /* Untrack (track = 0) or track again o's containers, children first;
+     * only exact dicts, lists and tuples, down to depth 32.  Tracking again
+     * follows CPython (_PyObject_GC_MAY_BE_TRACKED): a dict only if it holds
+     * something the collector may have to see, so a dict of atoms stays
+     * untracked as the decoder made it.  Atoms are passed over without a
+     * call (their type has no Py_TPFLAGS_HAVE_GC). */
+    static inline int uc_may_be_tracked(PyObject *o) {
+        if (!PyType_HasFeature(Py_TYPE(o), Py_TPFLAGS_HAVE_GC)) return 0;
+        return !PyTuple_CheckExact(o) || PyObject_GC_IsTracked(o);
+    }
 
-cdef enum:
-    _PARK_DEPTH = 32
+    static void uc_set_tracking(PyObject *o, int track, int depth) {
+        PyTypeObject *t = Py_TYPE(o);
+        Py_ssize_t i = 0, n;
+        PyObject *k, *v;
+        int need = 1;
+        if (t == &PyDict_Type) {
+            need = depth >= 32;
+            if (!need) {
+                while (PyDict_Next(o, &i, &k, &v)) {
+                    if (PyType_HasFeature(Py_TYPE(v), Py_TPFLAGS_HAVE_GC)) {
+                        uc_set_tracking(v, track, depth + 1);
+                        if (!need) need = uc_may_be_tracked(v);
+                    }
+                    if (!need) need = uc_may_be_tracked(k);
+                }
+            }
+        } else if (t == &PyList_Type || t == &PyTuple_Type) {
+            if (depth < 32) {
+                n = Py_SIZE(o);
+                for (i = 0; i < n; i++) {
+                    v = t == &PyList_Type ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i);
+                    if (PyType_HasFeature(Py_TYPE(v), Py_TPFLAGS_HAVE_GC))
+                        uc_set_tracking(v, track, depth + 1);
+                }
+            }
+        } else {
+            return;     /* atoms, and objects of other types: left as they are */
+        }
+        if (track) {
+            if (need && !PyObject_GC_IsTracked(o)) PyObject_GC_Track(o);
+        } else if (PyObject_GC_IsTracked(o)) {
+            PyObject_GC_UnTrack(o);
+        }
+    }
+    """
+    void uc_set_tracking(PyObject *o, int track, int depth) noexcept
 
 
-cdef inline bint _may_be_tracked(object o) noexcept:
-    # CPython's rule for what makes a dict tracked (_PyObject_GC_MAY_BE_TRACKED).
-    if not PyObject_IS_GC(o):
-        return False
-    return not PyTuple_CheckExact(o) or PyObject_GC_IsTracked(o)
+cdef inline void _set_tracking(object o, bint track, int depth) noexcept:
+    uc_set_tracking(<PyObject *>o, track, depth)
 
 
-cdef void _set_tracking(object o, bint track, int depth) noexcept:
-    """Untrack (track=False) or track again o's containers, children first.
-    Tracking again follows CPython: a dict only if it holds something the
-    collector may have to see, so a dict of atoms stays untracked as the
-    decoder made it."""
-    cdef Py_ssize_t i = 0, n
-    cdef PyObject *k
-    cdef PyObject *v
-    cdef bint need = True
-    if PyDict_CheckExact(o):
-        need = False
-        if depth < _PARK_DEPTH:
-            while PyDict_Next(o, &i, &k, &v):
-                _set_tracking(<object>v, track, depth + 1)
-                if track and not need:
-                    need = _may_be_tracked(<object>v) or _may_be_tracked(<object>k)
-        else:
-            need = True
-    elif PyList_CheckExact(o):
-        if depth < _PARK_DEPTH:
-            n = PyList_GET_SIZE(o)
-            while i < n:
-                _set_tracking(<object>PyList_GET_ITEM(o, i), track, depth + 1)
-                i += 1
-    elif PyTuple_CheckExact(o):
-        if depth < _PARK_DEPTH:
-            n = PyTuple_GET_SIZE(o)
-            while i < n:
-                _set_tracking(<object>PyTuple_GET_ITEM(o, i), track, depth + 1)
-                i += 1
-    else:
-        return          # atoms, and objects of other types: left as they are
-    if track:
-        if need and not PyObject_GC_IsTracked(o):
-            PyObject_GC_Track(<PyObject *>o)
-    elif PyObject_GC_IsTracked(o):
-        PyObject_GC_UnTrack(<PyObject *>o)
+cdef class _AsyncTarget(Handler):
+    """The base of the async adapter's target (upcall/aio.py, _Bridge): the
+    trampoline untracks each message it decodes for it (_deliver_as_list),
+    so a batch being decoded is not walked by the collector either."""
+    pass
 
 
 cdef void _set_tracking_all(list batch, bint track) noexcept:

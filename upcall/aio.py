@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
-                         _anext_message, _park, _Pending, _unpark_batch)
+                         _anext_message, _AsyncTarget, _Pending, _unpark_batch)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ DEFAULT_QUEUE_SIZE = 16384
 _ROOM_CHECK_S = 0.2
 
 
-class _Bridge(Handler):
+class _Bridge(_AsyncTarget):
     """The subscription's target, between its delivery thread and the event loop.
 
     ``on_batch`` runs on the delivery thread (with the GIL, once per batch);
@@ -109,9 +109,8 @@ class _Bridge(Handler):
                 if not room:
                     return
                 msgs = msgs[:room]
-            # Untracked while queued, tracked again when handed out
-            # (upcall/_aiter.pxi): the collector does not walk the queue.
-            _park(msgs)
+            # Untracked while queued (the trampoline did it for this
+            # _AsyncTarget), tracked again when handed out: upcall/_aiter.pxi.
             self.queue.append(msgs)
             self.queued += len(msgs)
             self.accepted += len(msgs)
