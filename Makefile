@@ -22,7 +22,7 @@ THREAD_TESTS := tests/test_bus.py tests/test_threads.py tests/test_shutdown.py t
                 tests/test_readiness.py tests/test_oob.py tests/test_decoder.py \
                 tests/test_compression.py tests/test_coalesce_rx.py tests/test_coalesce_tx.py \
                 tests/test_coalesce_close.py tests/test_signals.py \
-                tests/test_many_topics.py
+                tests/test_many_topics.py tests/test_aio_batches.py tests/test_gc_tracking.py
 
 .PHONY: all deps build test test-threads-all test-huge bench wheel ctest sanitize fuzz fuzz-merge soak stress-sigint clean
 

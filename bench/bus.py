@@ -55,10 +55,18 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
                       shadow, decoding with the same msgspec decoder
 * ``zmq.asyncio-await`` the plain zmq.asyncio loop: ``await sock.recv_multipart()``
                       per message, the same decoder
+* ``asyncio-batches`` ``async for batch in sub.batches()`` (the messages of one
+                      wake-up as a list), otherwise as ``asyncio``
+* ``asyncio-coalesced`` ``asyncio`` fed a flood of coalesced payloads (as
+                      ``coalesced``: COALESCE_K messages per zmq message)
+* ``synthetic-asyncio`` the asyncio floor: the same adapter and consumer fed by
+                      the synthetic source (no zmq)
+
+Every asyncio row's consumer reads one field of each message (``msg["px"]``).
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
-``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
-table.  No round trips are measured for the asyncio rows, ``c-floor``,
+``typed`` / ``typed-raw``, ``asyncio`` / ``zmq.asyncio`` and the asyncio rows
+against their floors, printed under the table.  No round trips are measured for the asyncio rows, ``c-floor``,
 ``synthetic`` and ``coalesced-nil``.
 
 it measures:

@@ -64,7 +64,7 @@ cdef object _NOTHING = object()
 # map, more than half of what the hand-over costs).  While a message is
 # queued nothing but the queue refers to it, and the decoder never makes a
 # reference cycle: so its containers are untracked while it waits
-# (the trampoline, for an _AsyncTarget; _park for anything else) and
+# (by the trampoline, which decodes them for an _AsyncTarget) and
 # tracked again when it is handed out (_set_tracking), before anyone else
 # can see them.  The collector is conservative about an untracked
 # container (what it refers to counts as referenced from outside), so this
@@ -131,11 +131,6 @@ cdef void _set_tracking_all(list batch, bint track) noexcept:
     cdef Py_ssize_t i
     for i in range(PyList_GET_SIZE(batch)):
         _set_tracking(<object>PyList_GET_ITEM(batch, i), track, 0)
-
-
-def _park(list batch not None):
-    """Untrack the containers of queued messages (on the delivery thread)."""
-    _set_tracking_all(batch, False)
 
 
 def _unpark_batch(list batch not None):

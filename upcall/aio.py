@@ -14,6 +14,13 @@ How a message reaches a coroutine:
 So the event loop is woken at most once per batch, and not at all while the
 consumer keeps up with a queue that never runs dry.
 
+Per message the event loop pays little but the consumer: __anext__ is a C
+method returning a _Next, which gives a queued message when awaited without
+a coroutine frame (upcall/_aiter.pxi); ``sub.batches()`` hands out the
+messages of one batch as a list.  Queued messages are untracked by the
+garbage collector (the trampoline untracks what it decodes for an
+_AsyncTarget) and tracked again when handed out or discarded.
+
 The end of the stream has one path, _Bridge.finish, whatever ended it:
 close() calls it (dropping what is queued), and the subscription's end hook
 calls it on the delivery thread once the delivery loop has ended for any
