@@ -149,7 +149,7 @@ cdef inline bint _inherited(int generation) noexcept:
 cdef int _check_not_inherited(int generation, str what, long pid) except -1:
     """The fork check of every entry point of Bus, Subscription and
     Publisher: RuntimeError in a forked child for what the parent made."""
-    if generation != _fork_generation:
+    if _inherited(generation):
         raise RuntimeError(
             f"this {what} was created in process {pid}, and this is its forked child "
             f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in "

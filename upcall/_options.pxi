@@ -8,6 +8,16 @@
 # them.  The objects are frozen and read only when a subscription or a
 # publisher is opened, never per message.  A new option is one row here and
 # one line in upcall/_bus.pyi; what it does is the code that reads it.
+#
+# Why here and not a pure-Python layer over the extension (pyzmq's sugar
+# subclasses its Cython backend's Socket in Python): Bus, Subscription and
+# Publisher are final cdef classes whose send and delivery paths must not
+# gain a Python frame, and the checks are the backend's own (int_arg,
+# socket options, CURVE keys, decoders); a Python module would copy them or
+# import the extension that imports it.  So the rows are Python objects
+# compiled into the extension, read only on the way in (the sugar's
+# place), and _open_subscription/publisher() turn them into C structs (the
+# backend's).
 
 cdef object _NO_CHECK = None
 

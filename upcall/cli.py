@@ -228,13 +228,6 @@ def _positive(text: str) -> int:
     return n
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
 def _add_option(parser: argparse.ArgumentParser, options: type[Any], name: str,
                 parse: Any = None, **overrides: Any) -> None:
     """``--NAME`` for the option ``name`` of ``options`` (SubscribeOptions or
@@ -331,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--count", "-n", type=_positive, default=None, metavar="N",
                     help="exit after N messages (default: run until Ctrl-C)")
     _add_option(lp, SubscribeOptions, "curve_serverkey", metavar="K")
-    _add_option(lp, SubscribeOptions, "max_message_size", parse=_integer, metavar="BYTES",
+    _add_option(lp, SubscribeOptions, "max_message_size", parse=_positive, metavar="BYTES",
                 help="skip messages larger than BYTES once decompressed (and drop a "
                      "peer sending a larger frame); default: no limit on frames, "
                      f"{upcall.DEFAULT_MAX_DECOMPRESSED // (1 << 20)} MiB of decompressed "
