@@ -44,7 +44,9 @@ reverse (the bus's subscribe_async and send_async import it at their first
 call, and use nothing of it but AsyncSubscription and send_when_ready).  The
 hooks it uses are there for any async adapter: Bus.subscribe(options=...),
 Subscription.set_end_hook, Publisher.try_send_packed, watch_room and
-unwatch_room.
+unwatch_room.  Its hot path is C in the same extension (upcall/_aiter.pxi:
+the _Next awaitable, _AsyncTarget, whose messages the trampoline untracks),
+private to this module.
 """
 from __future__ import annotations
 
