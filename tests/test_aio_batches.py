@@ -184,3 +184,44 @@ def test_a_queued_message_is_taken_without_a_coroutine(endpoints, loop_kind):
             with pytest.raises(StopAsyncIteration):
                 await sub.__anext__()
     run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_messages_under_a_trace_function(endpoints, loop_kind):
+    # With a tracer set (coverage, debuggers) the interpreter awaits through
+    # the Python-level protocol (__next__/send/throw) instead of am_send:
+    # queued messages, a wait, a cancelled wait and the end behave the same.
+    import sys
+
+    def tracer(frame, event, arg):
+        return tracer
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True)
+            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            flood(pub, ((b"t", i) for i in range(3))).join(DEADLINE)
+            await until(lambda: sub.stats["queued"] == 3, "the flood to be queued")
+            assert await take(sub, 2) == [0, 1]
+            assert [b async for b in _first(sub.batches())] == [[2]]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sub.__anext__(), 0.01)
+            waiter = asyncio.ensure_future(sub.__anext__())
+            await until(lambda: sub._bridge.waiter is not None, "the consumer to wait")
+            await pub.send_async(b"t", 3, timeout=DEADLINE)
+            assert await asyncio.wait_for(waiter, DEADLINE) == 3
+            await sub.aclose()
+            assert [m async for m in sub] == []
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        run(loop_kind, main())
+    finally:
+        sys.settrace(old)
+
+
+async def _first(aiter):
+    async for item in aiter:
+        yield item
+        return
