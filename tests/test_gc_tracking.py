@@ -126,3 +126,36 @@ def test_asyncio_queued_messages_wait_untracked(endpoints, loop_kind):
             await sub.aclose()
             assert all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in queued)
     run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_asyncio_dropped_messages_go_back_to_the_collector(endpoints, loop_kind):
+    # A kind="sub" queue that is full drops: what a decoder returned and the
+    # queue did not keep is tracked again (it may live on elsewhere).
+    made = []
+
+    def decode(payload):
+        obj = {"n": len(made), "sizes": [1, 2]}
+        made.append(obj)
+        return obj
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, bind=True, queue_size=2, rcvhwm=0, decoder=decode)
+            pub = bus.publisher(ep, bind=False, sndhwm=0)
+            while sub.stats["received"] == 0:      # slow joiner, without consuming
+                pub.send(b"t", 0)
+                await asyncio.sleep(0.005)
+            for i in range(20):
+                pub.send(b"t", i)
+            await until(lambda: sub.stats["received"] == len(made) >= 21
+                        and sub.stats["dropped"] == len(made) - 2,
+                        lambda: f"the flood to be accounted for: {sub.stats}")
+            kept = [m for batch in sub._bridge.queue for m in batch]
+            assert len(kept) == 2
+            dropped = [m for m in made if not any(m is k for k in kept)]
+            assert dropped and all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in dropped)
+            assert not any(gc.is_tracked(m) for m in kept)      # parked while queued
+            await sub.aclose()
+    run(loop_kind, main())

@@ -115,6 +115,9 @@ class _Bridge(_AsyncTarget):
             if self.queued + n > self.queue_size and not self.wait_for_room:
                 room = max(self.queue_size - self.queued, 0)
                 self.dropped += n - room
+                # Dropped: back to the collector (a foreign decoder's object
+                # may live on elsewhere), as a discarded queue.
+                _unpark_batch(msgs[room:])
                 if not room:
                     return
                 msgs = msgs[:room]
