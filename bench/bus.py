@@ -55,10 +55,18 @@ Typed messages (msgspec ``Struct``s: the workload's map as ``Small``) and asynci
                       shadow, decoding with the same msgspec decoder
 * ``zmq.asyncio-await`` the plain zmq.asyncio loop: ``await sock.recv_multipart()``
                       per message, the same decoder
+* ``asyncio-batches`` ``async for batch in sub.batches()`` (the messages of one
+                      wake-up as a list), otherwise as ``asyncio``
+* ``asyncio-coalesced`` ``asyncio`` fed a flood of coalesced payloads (as
+                      ``coalesced``: COALESCE_K messages per zmq message)
+* ``synthetic-asyncio`` the asyncio floor: the same adapter and consumer fed by
+                      the synthetic source (no zmq)
+
+Every asyncio row's consumer reads one field of each message (``msg["px"]``).
 
 Pairs compared directly (same decoder, same run): ``typed`` / ``pyzmq+typed``,
-``typed`` / ``typed-raw`` and ``asyncio`` / ``zmq.asyncio``, printed under the
-table.  No round trips are measured for the asyncio rows, ``c-floor``,
+``typed`` / ``typed-raw``, ``asyncio`` / ``zmq.asyncio`` and the asyncio rows
+against their floors, printed under the table.  No round trips are measured for the asyncio rows, ``c-floor``,
 ``synthetic`` and ``coalesced-nil``.
 
 it measures:
@@ -137,19 +145,32 @@ TRANSPORTS = ["inproc", "ipc", "tcp"]
 COALESCED = "coalesced"
 COALESCED_NIL = "coalesced-nil"
 COALESCED_MODES = [COALESCED, COALESCED_NIL]
+#: asyncio rows: every one consumed by the same coroutine body (reads one
+#: field of each message); batches: ``async for batch in sub.batches()``;
+#: coalesced: fed a flood of coalesced payloads (COALESCE_K per zmq message).
+ASYNC_BATCHES = "asyncio-batches"
+ASYNC_COALESCED = "asyncio-coalesced"
+#: The asyncio floor: the same consumer fed by the synthetic source through
+#: the same bridge (no zmq).
+SYNTHETIC_ASYNC = "synthetic-asyncio"
 UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw",
-                "asyncio"] + COALESCED_MODES
+                "asyncio", ASYNC_BATCHES, ASYNC_COALESCED] + COALESCED_MODES
 PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
                "zmq.asyncio-await"]
 FLOOR = "c-floor"
 PINGPONG = "c-pingpong"
 SYNTHETIC = "synthetic"
 #: The physical floors, measured in the same run as the rest.
-FLOOR_MODES = [FLOOR, PINGPONG, SYNTHETIC]
+FLOOR_MODES = [FLOOR, PINGPONG, SYNTHETIC, SYNTHETIC_ASYNC]
+#: Rows fed by the synthetic source.
+SYNTHETIC_MODES = {SYNTHETIC, SYNTHETIC_ASYNC}
 MODES = FLOOR_MODES + UPCALL_MODES + PYZMQ_MODES
 REFERENCE = "pyzmq+msgspec"
 #: Rows consumed by a coroutine on an event loop.
-ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await"}
+ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await", ASYNC_BATCHES, ASYNC_COALESCED,
+               SYNTHETIC_ASYNC}
+#: Rows of upcall's asyncio adapter.
+UPCALL_ASYNC_MODES = {"asyncio", ASYNC_BATCHES, ASYNC_COALESCED, SYNTHETIC_ASYNC}
 #: Rows without round trips.
 NO_RTT_MODES = ASYNC_MODES | {FLOOR, SYNTHETIC, COALESCED_NIL}
 #: Rows without a flood (round trips only).
@@ -161,7 +182,9 @@ COALESCE_K = 64
 COALESCE_DELAY = 0.001
 #: (row, the row it is compared with): same decoder, same run.
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
-         ("asyncio", "zmq.asyncio-await")]
+         ("asyncio", "zmq.asyncio-await"), ("asyncio", SYNTHETIC_ASYNC),
+         (ASYNC_BATCHES, SYNTHETIC), (ASYNC_BATCHES, SYNTHETIC_ASYNC),
+         (ASYNC_COALESCED, "zmq.asyncio")]
 
 #: --full (what PERF.md's figures come from).
 FULL_N = 200_000
@@ -255,7 +278,8 @@ def small_struct():
 def _decoder(mode: str) -> Callable[[bytes], Any] | None:
     """The payload decoder a row uses (None: upcall's built-in one, or missing)."""
     try:
-        if mode in ("pyzmq+msgspec", "asyncio", "zmq.asyncio", "zmq.asyncio-await"):
+        if mode in ("pyzmq+msgspec", "zmq.asyncio", "zmq.asyncio-await") or \
+                mode in UPCALL_ASYNC_MODES:
             import msgspec
             return msgspec.msgpack.Decoder().decode
         if mode in ("pyzmq+typed", "typed", "typed-raw"):
@@ -270,7 +294,7 @@ def _decoder(mode: str) -> Callable[[bytes], Any] | None:
 
 
 #: Rows whose decoder is msgspec's.
-_MSGSPEC_MODES = {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "asyncio", "zmq.asyncio",
+_MSGSPEC_MODES = UPCALL_ASYNC_MODES | {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "zmq.asyncio",
                   "zmq.asyncio-await"}
 
 
@@ -287,7 +311,7 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
             else:
                 ok.append(m)
             continue
-        if m in UPCALL_MODES or m == SYNTHETIC:
+        if m in UPCALL_MODES or m in SYNTHETIC_MODES:
             if ub is None:
                 notes.append(f"{m}: upcall._bus not built")
                 continue
@@ -327,19 +351,43 @@ def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch:
 
 # ---- the asyncio rows ----------------------------------------------------------------
 
-async def _consume_upcall(bus, endpoint: str, n: int, target: Callable, batch: int | None):
-    """n messages of ``bus.subscribe_async`` to target; returns its stats."""
-    kw: dict[str, Any] = {"kind": "pull", "bind": True, "decoder": _decoder("asyncio")}
+async def _consume_upcall(bus, endpoint: str, n: int, target: Callable, batch: int | None,
+                          mode: str = "asyncio", payload: bytes = b""):
+    """n messages of ``bus.subscribe_async`` to target (each reads one field
+    of the message); returns its stats.  SYNTHETIC_ASYNC: the same adapter fed
+    by the synthetic source; ASYNC_BATCHES: ``async for batch in sub.batches()``."""
+    kw: dict[str, Any] = {"kind": "pull", "bind": True, "decoder": _decoder(mode)}
     if batch is not None:
         kw["batch"] = batch
-    sub = bus.subscribe_async(endpoint, **kw)
+    if mode == SYNTHETIC_ASYNC:
+        from upcall import aio
+        from upcall._bus import SubscribeOptions, _synthetic_subscribe
+        del kw["bind"]
+
+        def open_synthetic(bridge):
+            return _synthetic_subscribe(bus, bridge, count=n, payload=payload,
+                                        **{k: v for k, v in kw.items() if k != "kind"})
+        sub = aio.AsyncSubscription(bus, "synthetic", None, SubscribeOptions(**kw),
+                                    _open=open_synthetic)
+    else:
+        sub = bus.subscribe_async(endpoint, **kw)
     try:
         i = 0
-        async for msg in sub:
-            target(msg)
-            i += 1
-            if i == n:
-                break
+        if mode == ASYNC_BATCHES:
+            async for msgs in sub.batches():
+                for msg in msgs:
+                    msg["px"]
+                    target(msg)
+                i += len(msgs)
+                if i >= n:
+                    break
+        else:
+            async for msg in sub:
+                msg["px"]
+                target(msg)
+                i += 1
+                if i == n:
+                    break
         return dict(sub.stats)
     finally:
         await sub.aclose()
@@ -365,7 +413,9 @@ async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
         if plain:
             recv_multipart = sock.recv_multipart
             for _ in range(n):
-                target(decode((await recv_multipart())[1]))
+                msg = decode((await recv_multipart())[1])
+                msg["px"]
+                target(msg)
             return {}
         i = 0
         while i < n:
@@ -375,7 +425,9 @@ async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
                     recv(nb)                    # topic
                 except again:
                     break
-                target(decode(recv(nb)))        # payload: a multipart message arrives whole
+                msg = decode(recv(nb))          # payload: a multipart message arrives whole
+                msg["px"]
+                target(msg)
                 i += 1
                 if i == n:
                     break
@@ -384,14 +436,16 @@ async def _consume_zmq_asyncio(ctx, endpoint: str, n: int, target: Callable,
         sock.close()
 
 
-def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | None):
+def _run_async_row(mode: str, ctx, endpoint: str, c: "Counting", batch: int | None,
+                   payload: bytes = b""):
     """Consume the flood with a coroutine on a fresh event loop (this thread);
     (complete, stats).  Gives up after STALL_SECONDS without progress."""
     import asyncio
 
     async def main():
-        if mode == "asyncio":
-            job = asyncio.ensure_future(_consume_upcall(ctx, endpoint, c.n, c.target, batch))
+        if mode in UPCALL_ASYNC_MODES:
+            job = asyncio.ensure_future(_consume_upcall(ctx, endpoint, c.n, c.target, batch,
+                                                        mode, payload))
         else:
             job = asyncio.ensure_future(_consume_zmq_asyncio(ctx, endpoint, c.n, c.target, batch,
                                                              plain=mode == "zmq.asyncio-await"))
@@ -424,17 +478,17 @@ class FloodRun:
         self.endpoint = ""
         # What the flood carries: n messages as n_zmq zmq messages of payload.
         self.n, self.n_zmq, self.payload = bench.n, bench.n, bench.payload
-        if mode in COALESCED_MODES:
+        if mode in COALESCED_MODES or mode == ASYNC_COALESCED:
             k = bench.coalesce_k
             self.n_zmq = -(-bench.n // k)
             self.n = self.n_zmq * k
-            one = bench.payload if mode == COALESCED else NIL
+            one = NIL if mode == COALESCED_NIL else bench.payload
             self.payload = coalesced_payload(one, k)
 
     def _new_ctx(self):
         if self.mode in (FLOOR, PINGPONG):
             return None             # the C program has its own context
-        if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
+        if self.mode in UPCALL_MODES or self.mode in SYNTHETIC_MODES:
             return self.b.ub.Bus()
         import zmq
         return zmq.Context(1)
@@ -444,7 +498,7 @@ class FloodRun:
             self.flood.close()
             self.flood = None
         if self.ctx is not None:
-            if self.mode in UPCALL_MODES or self.mode == SYNTHETIC:
+            if self.mode in UPCALL_MODES or self.mode in SYNTHETIC_MODES:
                 self.ctx.close()
             else:
                 self.ctx.term()
@@ -456,7 +510,7 @@ class FloodRun:
         if self.mode in NO_FLOOD_MODES:
             return
         self.ctx = self._new_ctx()
-        if self.mode == SYNTHETIC:  # no zmq: the source makes the messages
+        if self.mode in SYNTHETIC_MODES:  # no zmq: the source makes the messages
             gc.collect()
             return
         self.endpoint = self.b.endpoints.new(self.transport)
@@ -519,7 +573,8 @@ class FloodRun:
             finally:
                 sub.close(timeout=5.0)
         elif self.mode in ASYNC_MODES:
-            ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch)
+            ok, stats = _run_async_row(self.mode, self.ctx, self.endpoint, c, self.b.batch,
+                                       self.payload)
         elif self.mode in UPCALL_MODES:
             sub = _open_upcall_sub(self.ctx, self.b.ub, self.mode, self.endpoint, c.target,
                                    self.b.batch)

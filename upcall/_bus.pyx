@@ -16,6 +16,7 @@ One extension module built from one .pxi per concept, included in this order:
   _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
   _options.pxi      SubscribeOptions, PublisherOptions: every keyword argument, checked once
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
+  _aiter.pxi        async iteration: __anext__ with no coroutine while messages are queued
 and, here, C return codes -> exceptions, the registry that closes every bus
 before interpreter exit, what a forked child does with the objects it
 inherits, Bus, and the private entry points that open what Bus.subscribe()
@@ -32,6 +33,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
 from upcall.includes.oob cimport *
@@ -180,6 +182,7 @@ include "_targets.pxi"
 include "_decoders.pxi"
 include "_options.pxi"
 include "_synthetic.pxi"
+include "_aiter.pxi"
 
 
 # ---- the registry: every open bus is closed before finalization ----------

@@ -70,6 +70,9 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
     cdef bint with_topic = sub._with_topic
     cdef bytes topic = sub._split_topic
     cdef const uc_frame *topic_wire = NULL
+    # The asyncio adapter queues the messages: untracked from the start
+    # (upcall/_aiter.pxi), the collector does not walk them.
+    cdef bint park = isinstance(handler, _AsyncTarget)
     while i < n:
         m = batch + (idx[i] if idx != NULL else i)
         try:
@@ -89,9 +92,10 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
             continue
         if with_topic:
             topic = _msg_topic(m, &topic_wire, topic)
-            msgs.append((topic, obj))
-        else:
-            msgs.append(obj)
+            obj = (topic, obj)
+        if park:
+            uc_set_tracking(<PyObject *>obj, 0, 0)
+        msgs.append(obj)
         i += 1
     if msgs:
         verdict = _hand_list(sub, handler, msgs)

@@ -14,6 +14,13 @@ How a message reaches a coroutine:
 So the event loop is woken at most once per batch, and not at all while the
 consumer keeps up with a queue that never runs dry.
 
+Per message the event loop pays little but the consumer: __anext__ is a C
+method returning a _Next, which gives a queued message when awaited without
+a coroutine frame (upcall/_aiter.pxi); ``sub.batches()`` hands out the
+messages of one batch as a list.  Queued messages are untracked by the
+garbage collector (the trampoline untracks what it decodes for an
+_AsyncTarget) and tracked again when handed out or discarded.
+
 The end of the stream has one path, _Bridge.finish, whatever ended it:
 close() calls it (dropping what is queued), and the subscription's end hook
 calls it on the delivery thread once the delivery loop has ended for any
@@ -37,7 +44,9 @@ reverse (the bus's subscribe_async and send_async import it at their first
 call, and use nothing of it but AsyncSubscription and send_when_ready).  The
 hooks it uses are there for any async adapter: Bus.subscribe(options=...),
 Subscription.set_end_hook, Publisher.try_send_packed, watch_room and
-unwatch_room.
+unwatch_room.  Its hot path is C in the same extension (upcall/_aiter.pxi:
+the _Next awaitable, _AsyncTarget, whose messages the trampoline untracks),
+private to this module.
 """
 from __future__ import annotations
 
@@ -46,9 +55,10 @@ import collections
 import os
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from upcall._bus import StopDelivery, SubscribeOptions
+from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
+                         _anext_message, _AsyncTarget, _Pending, _unpark_batch)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -64,7 +74,7 @@ DEFAULT_QUEUE_SIZE = 16384
 _ROOM_CHECK_S = 0.2
 
 
-class _Bridge(Handler):
+class _Bridge(_AsyncTarget):
     """The subscription's target, between its delivery thread and the event loop.
 
     ``on_batch`` runs on the delivery thread (with the GIL, once per batch);
@@ -105,9 +115,14 @@ class _Bridge(Handler):
             if self.queued + n > self.queue_size and not self.wait_for_room:
                 room = max(self.queue_size - self.queued, 0)
                 self.dropped += n - room
+                # Dropped: back to the collector (a foreign decoder's object
+                # may live on elsewhere), as a discarded queue.
+                _unpark_batch(msgs[room:])
                 if not room:
                     return
                 msgs = msgs[:room]
+            # Untracked while queued (the trampoline did it for this
+            # _AsyncTarget), tracked again when handed out: upcall/_aiter.pxi.
             self.queue.append(msgs)
             self.queued += len(msgs)
             self.accepted += len(msgs)
@@ -140,6 +155,8 @@ class _Bridge(Handler):
             if exc is not None and self.error is None:
                 self.error = exc
             if discard:
+                for batch in self.queue:
+                    _unpark_batch(batch)    # back to the collector
                 self.queue.clear()
                 self.queued = 0
             self.cond.notify_all()
@@ -172,7 +189,8 @@ class AsyncSubscription:
     """
 
     def __init__(self, bus: Bus, endpoint: str | list[str] | tuple[str, ...],
-                 queue_size: int | None, options: SubscribeOptions) -> None:
+                 queue_size: int | None, options: SubscribeOptions,
+                 _open: Callable[[Handler], Subscription] | None = None) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -185,9 +203,10 @@ class AsyncSubscription:
         elif queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, not {queue_size!r}")
         self._bridge = _Bridge(loop, queue_size, options.kind == "pull")
-        self._batch: list[Any] = []      # the batch being handed out, from _pos on
-        self._pos = 0
-        self._sub: Subscription = bus.subscribe(endpoint, self._bridge, options=options)
+        # The batch being handed out and the C __anext__ (upcall/_aiter.pxi).
+        self._pending = _Pending()
+        self._sub: Subscription = (bus.subscribe(endpoint, self._bridge, options=options)
+                                   if _open is None else _open(self._bridge))
         # Every end of the delivery loop ends the iteration, through finish.
         self._sub.set_end_hook(self._bridge.finish)
 
@@ -196,36 +215,60 @@ class AsyncSubscription:
 
     # ---- iteration (on the event loop's thread) ----
 
-    def __aiter__(self) -> AsyncSubscription:
-        return self
+    def __aiter__(self) -> Any:
+        # A C iterator: its __anext__ makes no coroutine while messages are
+        # queued.  It holds this subscription while the loop runs.
+        return _AsyncMessages(self._pending, self)
 
-    async def __anext__(self) -> Any:
+    def __anext__(self) -> Any:
+        return _anext_message(self._pending, self)
+
+    def batches(self) -> Any:
+        """``async for batch in sub.batches()``: the messages queued at each
+        wake-up as one list (in order, never empty), for consumers that
+        want the floor.  Backpressure, drops, cancellation and the end are
+        those of ``async for msg in sub``, which it may be mixed with."""
+        return _AsyncBatches(self._pending, self)
+
+    def _take(self) -> list[Any] | None:
+        """The next queued batch, or None if none is queued; at the end,
+        what ended delivery (once), then StopAsyncIteration.  Called by the
+        C iterator when its batch is used up."""
+        with self._bridge.cond:
+            return self._take_locked()
+
+    def _take_locked(self) -> list[Any] | None:
+        bridge = self._bridge
+        if bridge.queue:
+            batch = bridge.queue.popleft()
+            bridge.queued -= len(batch)
+            if bridge.wait_for_room:
+                bridge.cond.notify()
+            return batch
+        if bridge.ended:
+            exc, bridge.error = bridge.error, None
+            if exc is not None:
+                raise exc           # what ended delivery, once
+            raise StopAsyncIteration
+        return None
+
+    async def _wait(self, whole: bool) -> Any:
+        """Wait for a batch (nothing queued now): its first message, or with
+        ``whole`` the batch."""
         bridge = self._bridge
         while True:
-            pos = self._pos
-            if pos < len(self._batch):
-                self._pos = pos + 1
-                return self._batch[pos]
-            self._batch, self._pos = [], 0   # do not keep a consumed batch alive
             with bridge.cond:
-                if bridge.queue:
-                    self._batch = bridge.queue.popleft()
-                    bridge.queued -= len(self._batch)
-                    if bridge.wait_for_room:
-                        bridge.cond.notify()
-                    continue
-                if bridge.ended:
-                    exc, bridge.error = bridge.error, None
-                    if exc is not None:
-                        raise exc           # what ended delivery, once
-                    raise StopAsyncIteration
-                if bridge.waiter is not None:
-                    raise RuntimeError("another task is already waiting for this "
-                                       "subscription's next message")
-                if asyncio.get_running_loop() is not bridge.loop:
-                    raise RuntimeError("an AsyncSubscription belongs to the event loop "
-                                       "that made it")
-                waiter = bridge.waiter = bridge.loop.create_future()
+                batch = self._take_locked()
+                if batch is None:
+                    if bridge.waiter is not None:
+                        raise RuntimeError("another task is already waiting for this "
+                                           "subscription's next message")
+                    if asyncio.get_running_loop() is not bridge.loop:
+                        raise RuntimeError("an AsyncSubscription belongs to the event loop "
+                                           "that made it")
+                    waiter = bridge.waiter = bridge.loop.create_future()
+            if batch is not None:
+                return self._pending.start(batch, whole)
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -246,7 +289,7 @@ class AsyncSubscription:
         end (usually well under a millisecond: at most one batch being
         decoded).  TimeoutError after ``timeout`` seconds, as Subscription.close."""
         self._bridge.finish(discard=True)
-        self._batch, self._pos = [], 0
+        self._pending.clear()
         self._sub.close(timeout)
 
     async def aclose(self) -> None:
@@ -289,7 +332,7 @@ class AsyncSubscription:
         with bridge.cond:
             stats["delivered"] = bridge.accepted
             stats["dropped"] += bridge.dropped
-            stats["queued"] = bridge.queued + len(self._batch) - self._pos
+            stats["queued"] = bridge.queued + self._pending.count
             stats["wakeups"] = bridge.wakeups
         return stats
 

@@ -1,0 +1,163 @@
+"""What the garbage collector sees of a delivered message, in every delivery
+mode: a decoded dict of atoms is untracked (as CPython leaves such a dict),
+one holding a list is tracked, and a dict of atoms that is given a container
+is tracked again.  The asyncio adapter untracks queued messages while they
+wait for the event loop and must hand them out tracked exactly so
+(upcall/_aiter.pxi), also after a close discards a queue.
+
+Real sockets, real threads and event loops; no timing thresholds.
+"""
+import asyncio
+import gc
+
+import pytest
+
+import upcall
+from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
+from test_aio import LOOPS, flood, run, take, until
+
+pytestmark = pytest.mark.threads
+
+ATOMS = {"id": 1700000000123456, "sym": "AAPL.OQ", "px": 187.25, "venue": "NASDAQ-GS/XNGS"}
+NESTED = {"id": 1, "sizes": [100, 200, 300], "book": {"bid": [1.5, 2.5], "ask": [[1, 2]]}}
+
+
+def check_tracking(atoms, nested, pair=None):
+    assert atoms == ATOMS and nested == NESTED
+    assert not gc.is_tracked(atoms)
+    assert gc.is_tracked(nested)
+    assert gc.is_tracked(nested["sizes"]) and gc.is_tracked(nested["book"])
+    assert gc.is_tracked(nested["book"]["bid"]) and gc.is_tracked(nested["book"]["ask"][0])
+    if pair is not None:        # with_topic: the (topic, msg) tuple holds a dict
+        assert gc.is_tracked(pair)
+    # Mutation re-tracks: a dict of atoms given a container is seen again,
+    # and a cycle made through it is collected.
+    atoms["self"] = [atoms]
+    assert gc.is_tracked(atoms)
+    del atoms["self"]
+
+
+@pytest.mark.parametrize("mode", ["native", "python", "caller", "executor"])
+def test_thread_delivery_tracking(endpoints, mode):
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        got = Collector()
+        sub = bus.subscribe(ep, got, kind="pull", bind=True, **mode_kwargs(mode))
+        pub = bus.publisher(ep, kind="push", bind=False)
+        pub.send(b"t", ATOMS)
+        pub.send(b"t", NESTED)
+        got.wait(2, pump=make_pump(sub) if mode == "caller" else None)
+        check_tracking(*got.items)
+        sub.close()
+
+
+class Keep(upcall.Handler):
+    """A Handler taking whole batches (the vtable path the adapter uses)."""
+
+    def __init__(self):
+        self.batches = True
+        self.items = []
+
+    def on_batch(self, msgs):
+        self.items.extend(msgs)
+
+
+def test_handler_batch_tracking(endpoints):
+    with upcall.Bus() as bus:
+        ep = endpoints("inproc")
+        keep = Keep()
+        sub = bus.subscribe(ep, keep, kind="pull", bind=True)
+        pub = bus.publisher(ep, kind="push", bind=False)
+        pub.send(b"t", ATOMS)
+        pub.send(b"t", NESTED)
+        wait_for(lambda: len(keep.items) >= 2, what="both messages")
+        check_tracking(*keep.items)
+        sub.close()
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("how", ["messages", "batches", "with_topic"])
+def test_asyncio_tracking(endpoints, loop_kind, how):
+    # Queued first (parked), then handed out: tracked as the decoder made them.
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, with_topic=how == "with_topic")
+            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            flood(pub, [(b"t", ATOMS), (b"t", NESTED)]).join(DEADLINE)
+            await until(lambda: sub.stats["queued"] == 2, "both to be queued")
+            if how == "batches":
+                got = []
+                async for batch in sub.batches():
+                    got += batch
+                    if len(got) == 2:
+                        break
+                check_tracking(*got)
+            elif how == "with_topic":
+                (t1, atoms), pair = await take(sub, 2)
+                check_tracking(atoms, pair[1], pair)
+            else:
+                check_tracking(*await take(sub, 2))
+            await sub.aclose()
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_asyncio_queued_messages_wait_untracked(endpoints, loop_kind):
+    # While queued, the messages' containers are out of the collector's
+    # lists (it does not walk the queue); a message handed out is back in.
+    n = 50
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=n)
+            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            flood(pub, ((b"t", {"i": i, "sizes": [i]}) for i in range(n))).join(DEADLINE)
+            await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
+            queued = [m for batch in sub._bridge.queue for m in batch]
+            assert len(queued) == n
+            assert not any(gc.is_tracked(m) or gc.is_tracked(m["sizes"]) for m in queued)
+            first = await sub.__anext__()
+            assert first == {"i": 0, "sizes": [0]}
+            assert gc.is_tracked(first) and gc.is_tracked(first["sizes"])
+            # The rest (in the batch being handed out, or still queued) waits parked.
+            assert not any(gc.is_tracked(m) or gc.is_tracked(m["sizes"]) for m in queued[1:])
+            # Closing discards the queue: what was parked is tracked again
+            # (a cycle a foreign decoder made would be collected).
+            await sub.aclose()
+            assert all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in queued)
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_asyncio_dropped_messages_go_back_to_the_collector(endpoints, loop_kind):
+    # A kind="sub" queue that is full drops: what a decoder returned and the
+    # queue did not keep is tracked again (it may live on elsewhere).
+    made = []
+
+    def decode(payload):
+        obj = {"n": len(made), "sizes": [1, 2]}
+        made.append(obj)
+        return obj
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, bind=True, queue_size=2, rcvhwm=0, decoder=decode)
+            pub = bus.publisher(ep, bind=False, sndhwm=0)
+            while sub.stats["received"] == 0:      # slow joiner, without consuming
+                pub.send(b"t", 0)
+                await asyncio.sleep(0.005)
+            for i in range(20):
+                pub.send(b"t", i)
+            await until(lambda: sub.stats["received"] == len(made) >= 21
+                        and sub.stats["dropped"] == len(made) - 2,
+                        lambda: f"the flood to be accounted for: {sub.stats}")
+            kept = [m for batch in sub._bridge.queue for m in batch]
+            assert len(kept) == 2
+            dropped = [m for m in made if not any(m is k for k in kept)]
+            assert dropped and all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in dropped)
+            assert not any(gc.is_tracked(m) for m in kept)      # parked while queued
+            await sub.aclose()
+    run(loop_kind, main())
