@@ -2,7 +2,7 @@
 # Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
 # libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
-# test/bench extras.
+# test and dist dependency groups and its bench and plot extras.
 
 PYTHON      ?= python3
 VENV        := .venv
@@ -72,7 +72,7 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(BUILD_REQUIRES)
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[test,bench,plot,dist]"
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[bench,plot]" --group test --group dist
 	@touch $@
 
 # Always up to date after this: the extension modules, and the benchmark's C
@@ -120,7 +120,8 @@ thread-envs: build
 	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python3 | head -n1); \
 	[ -x .venv-$*/bin/python ] || $$py -m venv .venv-$* || exit 1; \
 	echo "== installing upcall for CPython $* ($$py)"; \
-	.venv-$*/bin/python -m pip install -q --disable-pip-version-check ".[test]"
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check "pip>=25.1" && \
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check . --group test
 	@touch $@
 
 # Ctrl-C while delivery runs, STRESS_RUNS times in a row (default 200) per

@@ -38,7 +38,22 @@ from upcall._bus import (  # noqa: F401
 from upcall.handler import Counter, Handler  # noqa: F401
 from upcall import native  # noqa: F401  (upcall.native.NativeHandler, Count, FieldFilter)
 
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> str:
+    # __version__ has one definition, the build's (meson.build's project
+    # version, which the wheel's metadata carries); read on first use, since
+    # importlib.metadata costs as much to import as upcall itself.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            value = version("upcall")
+        except PackageNotFoundError:       # a source tree on sys.path, never installed
+            value = "0+unknown"
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'upcall' has no attribute {name!r}")
+
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",

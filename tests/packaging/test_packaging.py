@@ -20,6 +20,8 @@ import zipfile
 
 import pytest
 
+import upcall
+
 from test_cimport import RUN as CIMPORT_RUN
 
 pytest.importorskip("build", reason="needs the dist extra (make test installs it)")
@@ -174,7 +176,7 @@ def test_wheel_carries_the_package_and_what_cimport_needs_only(dist, which):
     headers = {"upcall/includes/" + h for h in ("bus.h", "msgpack.h", "split.h", "wire.h")}
     pxds = tree("upcall/*.pxd") | {"upcall/includes/bus.pxd", "upcall/includes/msgpack.pxd"}
     assert {n for n in names if n.endswith((".h", ".pxd"))} == headers | pxds
-    assert "upcall-0.1.0.dist-info/licenses/LICENSE" in names
+    assert f"upcall-{upcall.__version__}.dist-info/licenses/LICENSE" in names
     assert [n for n in names if n.endswith((".c", ".pyx", ".pxi", ".html"))] == []
     assert [n for n in names if any(part.startswith("bench") for part in n.split("/"))] == []
 

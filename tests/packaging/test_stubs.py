@@ -14,7 +14,7 @@ import pytest
 
 from helpers import UPCALL_PATH, TESTS_DIR
 
-pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
+pytest.importorskip("mypy", reason="mypy is in the test dependency group: pip install --group test")
 
 # The source tree's allowlist, whichever upcall is imported (editable or installed).
 ALLOWLIST = os.path.join(os.path.dirname(TESTS_DIR), "stubtest-allowlist.txt")

@@ -185,3 +185,17 @@ def test_no_tracker_numbers_in_the_tree():
             if TRACKER_NUMBER.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()[:80]}")
     assert not found, "name the feature, not a tracker number:\n" + "\n".join(found)
+
+
+def test_the_version_is_written_once():
+    # meson.build's project version is the one definition: the wheel's
+    # metadata carries it and upcall.__version__ reads it from there.
+    import upcall
+    (version,) = re.findall(r"^\s*version:\s*'([^']+)'", (ROOT / "meson.build").read_text(), re.M)
+    assert upcall.__version__ == version
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert not re.search(r"^version\s*=", pyproject, re.M)
+    assert re.search(r'^dynamic\s*=\s*\[[^]]*"version"', pyproject, re.M)
+    literal = [p.name for p in (ROOT / "upcall").glob("*.py")
+               if re.search(r"^__version__\s*=\s*['\"]", p.read_text(), re.M)]
+    assert literal == []
