@@ -77,7 +77,7 @@ cdef extern from *:
     """
     /* Untrack (track = 0) or track again o's containers, children first;
      * only exact dicts, lists and tuples, down to depth 32.  Tracking again
-     * follows CPython (_PyObject_GC_MAY_BE_TRACKED): a dict only if it holds
+     * follows CPython's own rule for dicts: a dict only if it holds
      * something the collector may have to see, so a dict of atoms stays
      * untracked as the decoder made it.  The children are visited with the
      * type's own tp_traverse, as the collector visits them (PyDict_Next
