@@ -168,8 +168,12 @@ test-wheels: $(VENV)/.installed
 
 # --- the C core on its own -------------------------------------------------
 # The C tests (csrc/tests/meson.build), built with the package's flags.
-ctest: $(VENV)/.installed
-	$(MESON) test -C $(BUILD_DIR) --suite core --print-errorlogs
+# --no-rebuild: `build` compiled the C tests (built by default), and `make
+# test` runs this beside pytest, whose imports rebuild build/py through the
+# editable install: two ninjas in one build directory break each other's
+# archives ("error opening thin archive member").
+ctest: build
+	$(MESON) test -C $(BUILD_DIR) --suite core --print-errorlogs --no-rebuild
 
 # The same build under ASan+UBSan (build/asan) and TSan (build/tsan), set up
 # by tools/build-ext.sh: the C tests, then the Python suite against the
