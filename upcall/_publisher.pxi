@@ -172,6 +172,7 @@ cdef class Publisher:
     cdef size_t _max_batch   # publisher(max_batch=..., max_bytes=...): also send_many's
     cdef size_t _max_bytes
     cdef object __weakref__  # the bus keeps a weak reference
+    cdef PyObject *_events   # its _EventSink, referenced until uc_pub_close (NULL: dropped)
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         mp_writer_init(&self._w)
@@ -201,8 +202,34 @@ cdef class Publisher:
             # pending batches, which may wait (up to linger) for a peer.
             with nogil:
                 uc_pub_close(c)
+            self._drop_events()
         self._c = NULL
         mp_writer_free(&self._w)
+
+    cdef void _drop_events(self) noexcept:
+        """After uc_pub_close (or a failed open): no event callback runs now."""
+        cdef PyObject *sink = self._events
+        self._events = NULL
+        if sink != NULL:
+            Py_DECREF(<object>sink)
+
+    @property
+    def stats(self):
+        """Connection events so far (upcall.EVENT_STATS, docs/events.md):
+        connected, connect_retried, accepted, disconnected, handshakes,
+        handshake_failed_protocol, handshake_failed_auth,
+        handshake_failed_no_detail."""
+        cdef uint64_t counts[UC_EV_COUNT]
+        uc_pub_events(self._c, counts, NULL)
+        return _event_stats(counts)
+
+    @property
+    def peers(self):
+        """Connections up now (transport connections made or accepted and
+        not yet ended), read by the monitor thread as they change."""
+        cdef int peers = 0
+        uc_pub_events(self._c, NULL, &peers)
+        return max(peers, 0)
 
     def __repr__(self):
         if _inherited(self._fork_generation):
@@ -692,6 +719,7 @@ cdef class Publisher:
                 why = "the close of its bus by a deadline cut its linger"
             with nogil:
                 uc_pub_close(c)
+            self._drop_events()
             if n:
                 _log.warning("upcall: publisher %s closed with %d coalesced message(s) "
                              "not sent (%s): discarded", endpoint, n, why,
