@@ -543,7 +543,8 @@ const char *uc_pub_last_endpoint(const uc_pub *pub);
 
 /* Connection events so far (counts[UC_EV_COUNT], by uc_event_kind) and the
  * connections up now (transport connections: connected or accepted, not
- * yet disconnected).  Any thread.  A subscription's monitor is read by its
+ * yet disconnected; -1: unknown, a socket left unmonitored: inproc://
+ * endpoints only, where libzmq reports no connections).  Any thread.  A subscription's monitor is read by its
  * loop, a caller-mode one's by its polls only: between polls these are the
  * numbers the last poll saw. */
 void uc_sub_events(uc_sub *sub, uint64_t *counts, int *peers);

@@ -35,30 +35,39 @@
 
 static atomic_ulong mon_serial;
 
-int uc_mon_start(uc_mon *m, void *zctx, void *sock, uc_event_fn fn, void *ctx)
+void uc_mon_start(uc_mon *m, void *zctx, void *sock, const char *const *endpoints, size_t n,
+                  uc_event_fn fn, void *ctx)
 {
     char addr[64];
     memset(m, 0, sizeof *m);
+    atomic_init(&m->peers, -1);
     m->fn = fn;
     m->ctx = ctx;
+    size_t inproc = 0;
+    for (size_t i = 0; i < n; i++)
+        inproc += strncmp(endpoints[i], "inproc://", 9) == 0;
+    if (inproc == n)
+        return;
+    int e = errno;   /* a socket left unmonitored is no error of the open */
     snprintf(addr, sizeof addr, "inproc://upcall-monitor-%d-%lu", (int)getpid(),
              atomic_fetch_add(&mon_serial, 1));
-    if (zmq_socket_monitor(sock, addr, UC_MON_EVENTS) != 0)
-        return UC_ERR_ZMQ;
+    if (zmq_socket_monitor(sock, addr, UC_MON_EVENTS) != 0) {
+        errno = e;
+        return;
+    }
     void *pair = zmq_socket(zctx, ZMQ_PAIR);
     int zero = 0;
     if (!pair || zmq_setsockopt(pair, ZMQ_LINGER, &zero, sizeof zero) != 0
         || zmq_connect(pair, addr) != 0) {
-        int e = errno;
         if (pair)
             zmq_close(pair);
         zmq_socket_monitor(sock, NULL, 0);
         errno = e;
-        return UC_ERR_ZMQ;
+        return;
     }
     m->pair = pair;
     m->watched = sock;
-    return UC_OK;
+    atomic_store(&m->peers, 0);
 }
 
 static int kind_of(uint16_t event, uc_event_kind *kind)
@@ -230,6 +239,8 @@ static void *monitor_main(void *arg)
 int uc_mon_watch(uc_mon *m)
 {
     int rc = UC_OK;
+    if (!m->pair)
+        return UC_OK;
     pthread_mutex_lock(&mt.mu);
     if (mt.pid != getpid()) {
         /* First use, or a child after fork: the parent's thread is not here. */

@@ -30,8 +30,13 @@ struct uc_mon {
 };
 
 /* Start monitoring sock (before it binds or connects, so that no event is
- * missed).  UC_OK, or UC_ERR_ZMQ with errno set. */
-int uc_mon_start(uc_mon *m, void *zctx, void *sock, uc_event_fn fn, void *ctx);
+ * missed), unless every one of its n endpoints is inproc:// (libzmq reports
+ * no connection events there, and a monitor costs two of the bus's
+ * sockets).  A monitor that cannot be made (the context's socket limit)
+ * leaves the socket unmonitored rather than failing it: m->pair stays NULL
+ * and peers reads -1, "unknown". */
+void uc_mon_start(uc_mon *m, void *zctx, void *sock, const char *const *endpoints, size_t n,
+                  uc_event_fn fn, void *ctx);
 
 /* Read every event queued, never waiting; on the thread that owns the
  * reading end.  Returns how many were read. */

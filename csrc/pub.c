@@ -94,8 +94,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)
             && !uc_sock_set_options(p->sock, o->sockopts, o->n_sockopts)
-            && uc_mon_start(&p->mon, uc_bus_zmq_context(bus), p->sock, o->on_event,
-                            o->event_ctx) == UC_OK
+            && (uc_mon_start(&p->mon, uc_bus_zmq_context(bus), p->sock, &o->endpoint, 1,
+                             o->on_event, o->event_ctx), 1)
             && uc_mon_watch(&p->mon) == UC_OK
             && !uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint))
             code = uc_bus_sock_attached(bus, &p->bs, p->last_endpoint, o->bind);

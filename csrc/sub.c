@@ -499,7 +499,7 @@ void uc_sub_events(uc_sub *s, uint64_t *counts, int *peers)
         if (counts)
             counts[i] = m ? atomic_load_explicit(&m->counts[i], memory_order_relaxed) : 0;
     if (peers)
-        *peers = m ? atomic_load_explicit(&m->peers, memory_order_relaxed) : 0;
+        *peers = m ? atomic_load_explicit(&m->peers, memory_order_relaxed) : -1;
 }
 
 void uc_sub_stats(const uc_sub *s, uc_stats *out)

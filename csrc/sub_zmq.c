@@ -699,12 +699,13 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         zmq_msg_init(&z->pool[i]);
     zmq_msg_init(&z->scratch);
 
-    if (configure(z->sock, o) != 0
-        || uc_mon_start(&z->mon, uc_bus_zmq_context(bus), z->sock, o->on_event, o->event_ctx) != UC_OK) {
+    if (configure(z->sock, o) != 0) {
         e = errno;
         uc_sub_discard(s);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
+    uc_mon_start(&z->mon, uc_bus_zmq_context(bus), z->sock, eps, n_eps, o->on_event,
+                 o->event_ctx);
     /* Bound before attaching, so that a failure half-way releases the
      * addresses already bound (finalize unbinds the first n_attached). */
     z->bound = o->bind;

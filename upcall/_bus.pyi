@@ -85,10 +85,10 @@ class Subscription:
         zmq_received (zmq messages; a coalesced one holds many messages), and
         the connection events' counts (EVENT_STATS)."""
     @property
-    def peers(self) -> int:
-        """Connections up now."""
+    def peers(self) -> int | None:
+        """Connections up now (None: unknown, inproc:// only)."""
     @property
-    def connected(self) -> bool:
+    def connected(self) -> bool | None:
         """True while at least one connection is up."""
     @property
     def topics(self) -> tuple[bytes, ...]:
@@ -147,8 +147,8 @@ class Publisher:
     def stats(self) -> dict[str, int]:
         """The connection events' counts (EVENT_STATS)."""
     @property
-    def peers(self) -> int:
-        """Connections up now."""
+    def peers(self) -> int | None:
+        """Connections up now (None: unknown, inproc://)."""
     def send(self, topic: Topic, obj: Any, *, timeout: float | None = None,
              copy: bool = True) -> Sent | None:
         """``timeout`` in seconds (pyzmq's are milliseconds).  ``copy=False``:

@@ -79,6 +79,11 @@ cdef struct _send_args:
     int flags
 
 
+# Why a send cannot go when the publisher has no connection at all (its
+# peers count, from the socket monitor, is 0).
+_NO_PEER = "no peer connected: nothing has connected to or accepted this publisher"
+
+
 cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     cdef _send_args *a = <_send_args *>arg
     cdef int rc
@@ -226,10 +231,14 @@ cdef class Publisher:
     @property
     def peers(self):
         """Connections up now (transport connections made or accepted and
-        not yet ended), read by the monitor thread as they change."""
-        cdef int peers = 0
+        not yet ended), read by the monitor thread as they change; 0 once
+        closed.  None when unknown: an inproc:// endpoint (libzmq reports no
+        connections there) or a socket libzmq could not monitor."""
+        cdef int peers = -1
+        if self._c == NULL:
+            return 0
         uc_pub_events(self._c, NULL, &peers)
-        return max(peers, 0)
+        return None if peers < 0 else peers
 
     def __repr__(self):
         if _inherited(self._fork_generation):
@@ -639,6 +648,12 @@ cdef class Publisher:
                 c = self._closing
                 self._closing = NULL
                 self._close_c(c)
+        if rc == UC_ERR_AGAIN and self._c != NULL and self.peers == 0:
+            # Not the high-water mark of a peer that reads slowly: nobody
+            # is there to take it.
+            if ms > 0:
+                raise TimeoutError(f"send did not complete within {ms} ms ({_NO_PEER})")
+            raise BlockingIOError(f"send would block: {_NO_PEER}")
         return _check_rc(rc, "send", ms)
 
     def wait_subscriptions(self, n=1, *, timeout=None):

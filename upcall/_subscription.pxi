@@ -256,16 +256,22 @@ cdef class Subscription:
         """Connections up now (transport connections made or accepted and
         not yet ended; a connection whose handshake then fails ends too).
         Read from the socket's monitor by the receive loop; in caller mode,
-        by poll()/recv(): between them, what the last one saw."""
-        cdef int peers = 0
+        by poll()/recv(): between them, what the last one saw.  None when
+        unknown: inproc:// endpoints only (libzmq reports no connections
+        there), a synthetic source, or a socket libzmq could not monitor."""
+        cdef int peers = -1
         self._check_process()
+        if self._c == NULL:
+            return 0
         uc_sub_events(self._c, NULL, &peers)
-        return max(peers, 0)
+        return None if peers < 0 else peers
 
     @property
     def connected(self):
-        """True while at least one connection is up (``peers > 0``)."""
-        return self.peers > 0
+        """True while at least one connection is up (``peers > 0``; None
+        when that is unknown, see ``peers``)."""
+        peers = self.peers
+        return None if peers is None else peers > 0
 
     @property
     def last_endpoint(self):
