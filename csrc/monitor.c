@@ -144,6 +144,8 @@ void uc_mon_stop(uc_mon *m)
     zmq_socket_monitor(m->watched, NULL, 0);
     zmq_close(m->pair);
     m->pair = NULL;
+    /* Its connections end with the socket. */
+    atomic_store_explicit(&m->peers, 0, memory_order_relaxed);
 }
 
 /* ---- the process-wide monitor thread ----------------------------------- */

@@ -8,9 +8,15 @@
 # without the GIL: it takes the GIL for that event only, so a socket whose
 # connections do not change costs nothing on its receive path.
 #
-# Logging: handshake failures at WARNING, the rest at DEBUG, both rate-
-# limited as errors are (at most LOG_BURST records per LOG_INTERVAL seconds
-# per socket and level; a summary record says how many were left out).
+# Logging, on the "upcall.events" logger (its level tunes them apart from
+# errors): handshake refusals (protocol, auth) at WARNING; a handshake that
+# failed with no detail (the peer hung up during it: a health check's bare
+# TCP connect, a port scan, a process exiting) at INFO; the rest at DEBUG.
+# Each level rate-limited as errors are (at most LOG_BURST records per
+# LOG_INTERVAL seconds per socket and level; a summary record says how many
+# were left out).
+
+_event_log = logging.getLogger("upcall.events")
 
 # (stats key, event kind, cause), by uc_event_kind.
 _EVENT_NAMES = (
@@ -63,13 +69,15 @@ cdef class _EventSink:
     """A socket's receiver of events: its on_event and its log limits."""
     cdef str label                # "subscription tcp://..." / "publisher ..."
     cdef object on_event
-    cdef _RateLimit warn_log      # handshake failures
+    cdef _RateLimit warn_log      # handshake refusals
+    cdef _RateLimit info_log      # handshakes that failed with no detail
     cdef _RateLimit debug_log     # the rest
 
     def __cinit__(self, str label, object on_event):
         self.label = label
         self.on_event = on_event
         self.warn_log = _RateLimit(logging.WARNING)
+        self.info_log = _RateLimit(logging.INFO)
         self.debug_log = _RateLimit(logging.DEBUG)
 
     cdef void handle(self, const uc_event *ev) noexcept:
@@ -78,15 +86,21 @@ cdef class _EventSink:
             return
         _, kind, cause = _EVENT_NAMES[k]
         endpoint = (<bytes>ev.endpoint).decode("utf-8", "replace")
-        cdef _RateLimit lim = self.warn_log if cause is not None else self.debug_log
+        cdef _RateLimit lim = self.debug_log
+        if cause == "no_detail":
+            lim = self.info_log
+        elif cause is not None:
+            lim = self.warn_log
         try:
-            if _log.isEnabledFor(lim.level) and lim.admit(self.label):
+            if _event_log.isEnabledFor(lim.level) and lim.admit(self.label):
                 if cause is not None:
-                    _log.warning("%s: handshake failed with a peer of %s: %s (%s)",
-                                 self.label, endpoint, _CAUSE_TEXT[cause], ev.value,
+                    _event_log.log(lim.level, "%s: handshake failed with a peer of %s: %s (%s)",
+                                 self.label, endpoint, _CAUSE_TEXT[cause],
+                                 os.strerror(ev.value) if cause == "no_detail"
+                                 else f"libzmq code 0x{ev.value:08x}",
                                  extra={"endpoint": endpoint, "event": kind, "cause": cause})
                 else:
-                    _log.debug("%s: %s %s", self.label, kind.replace("_", " "), endpoint,
+                    _event_log.debug("%s: %s %s", self.label, kind.replace("_", " "), endpoint,
                                extra={"endpoint": endpoint, "event": kind})
         except BaseException as exc:
             _write_unraisable(exc, self.label)
@@ -124,7 +138,7 @@ cdef class _RateLimit:
         cdef double now = _now()
         if now >= self.end:
             if self.left_out:
-                _log.log(self.level, "%s: %d more connection events in the last %.1f s "
+                _event_log.log(self.level, "%s: %d more connection events in the last %.1f s "
                          "(not logged: at most %d per %g s)", label, self.left_out,
                          min(now, self.end) - self.start, self.burst, self.end - self.start)
                 self.left_out = 0

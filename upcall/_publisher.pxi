@@ -626,7 +626,7 @@ cdef class Publisher:
         if rc == UC_OK:
             return 0
         if rc != UC_ERR_BUSY and (rc != UC_ERR_AGAIN or ms == 0):
-            return _check_rc(rc, "send", ms)
+            return self._check_send_rc(rc, ms)
         self._in_flight += 1
         try:
             if rc == UC_ERR_BUSY:
@@ -648,6 +648,9 @@ cdef class Publisher:
                 c = self._closing
                 self._closing = NULL
                 self._close_c(c)
+        return self._check_send_rc(rc, ms)
+
+    cdef int _check_send_rc(self, int rc, int ms) except -1:
         if rc == UC_ERR_AGAIN and self._c != NULL and self.peers == 0:
             # Not the high-water mark of a peer that reads slowly: nobody
             # is there to take it.

@@ -255,20 +255,34 @@ def _publish(opts: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Seconds a push waits for its peer before saying so on stderr.
+WAIT_NOTICE = 1.0
+
+
 def _wait_for_peer(pub: Any, ready: threading.Event, bound: bool,
                    timeout: Optional[float]) -> None:
-    """Until a peer's handshake succeeded (ready), --wait-timeout or Ctrl-C."""
-    if ready.is_set():
-        return
-    where = "to connect to" if bound else "at"
-    print(f"{PROG} publish: waiting for a peer {where} {pub.last_endpoint} "
-          "(--wait 0: do not wait; Ctrl-C ends it)", file=sys.stderr, flush=True)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not ready.wait(0.2 if deadline is None else
-                         max(0.0, min(0.2, deadline - time.monotonic()))):
-        if deadline is not None and time.monotonic() >= deadline:
+    """Until a peer's handshake succeeded (ready), --wait-timeout or Ctrl-C.
+    Said on stderr once the wait is longer than a connection on a working
+    network takes (WAIT_NOTICE seconds), or when it ends in failure."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    said = False
+    while not ready.is_set():
+        now = time.monotonic()
+        expired = deadline is not None and now >= deadline
+        if not said and (expired or now - start >= WAIT_NOTICE):
+            where = "to connect to" if bound else "at"
+            print(f"{PROG} publish: waiting for a peer {where} {pub.last_endpoint} "
+                  "(--wait 0: do not wait; Ctrl-C ends it)", file=sys.stderr, flush=True)
+            said = True
+        if expired:
             raise Failure(f"no peer on {pub.last_endpoint} within {timeout} s "
                           "(--wait-timeout)")
+        # Slices, so that Ctrl-C is seen; ready wakes it at once.
+        left = [0.2, WAIT_NOTICE - (now - start) if not said else 0.2]
+        if deadline is not None:
+            left.append(deadline - now)
+        ready.wait(max(0.0, min(left)))
 
 
 # ---- bench --------------------------------------------------------------------
