@@ -29,7 +29,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.exc cimport (PyErr_CheckSignals, PyErr_Restore, PyErr_SetInterrupt,
+                          PyErr_WriteUnraisable)
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 

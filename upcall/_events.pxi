@@ -103,14 +103,25 @@ cdef class _EventSink:
                     _event_log.debug("%s: %s %s", self.label, kind.replace("_", " "), endpoint,
                                extra={"endpoint": endpoint, "event": kind})
         except BaseException as exc:
-            _write_unraisable(exc, self.label)
+            _event_exception(exc, self.label)
         if self.on_event is None:
             return
         try:
             self.on_event(ConnectionEvent(kind, endpoint, cause, ev.value))
         except BaseException as exc:
             # Like a target's exception, it never stops the socket.
-            _write_unraisable(exc, self.on_event)
+            _event_exception(exc, self.on_event)
+
+
+cdef void _event_exception(BaseException exc, object where) noexcept:
+    """An exception while an event was handled.  A KeyboardInterrupt is
+    Ctrl-C landing while Python code ran for the event (in caller mode, on
+    the main thread inside poll()): it is raised again, as a signal, for
+    the next check of the poll's wait to see, instead of being lost."""
+    if isinstance(exc, KeyboardInterrupt):
+        PyErr_SetInterrupt()
+    else:
+        _write_unraisable(exc, where)
 
 
 _CAUSE_TEXT = {
