@@ -251,10 +251,11 @@ def test_on_event_that_raises_never_stops_delivery(endpoints, monkeypatch):
 
 def test_on_event_is_checked():
     with upcall.Bus() as bus:
-        with pytest.raises(TypeError, match="on_event"):
+        with pytest.raises(TypeError, match="on_event must be callable or None, not int"):
             bus.subscribe("tcp://127.0.0.1:5556", print, on_event=5)
-        with pytest.raises(TypeError, match="on_event"):
+        with pytest.raises(TypeError, match="on_event must be callable or None, not str"):
             bus.publisher("tcp://127.0.0.1:*", on_event="no")
+        assert bus.subscribe("tcp://127.0.0.1:5556", print, on_event=None).peers == 0
 
 
 def test_inproc_has_no_connection_state(endpoints):
