@@ -238,11 +238,35 @@ static void *monitor_main(void *arg)
     return NULL;
 }
 
+/* In a child after fork: the monitor thread is not there, and the lock may
+ * have been held by it at the fork.  The parent's publishers are inert in
+ * the child; a new one starts a new thread (uc_mon_watch). */
+static void monitor_after_fork_in_child(void)
+{
+    pthread_mutex_init(&mt.mu, NULL);
+    pthread_cond_init(&mt.cv, NULL);
+    if (mt.efd >= 0)
+        close(mt.efd);
+    mt.efd = -1;
+    mt.pid = 0;
+    mt.list = NULL;
+    mt.n = 0;
+    mt.reading = NULL;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, monitor_after_fork_in_child);
+}
+
 int uc_mon_watch(uc_mon *m)
 {
     int rc = UC_OK;
     if (!m->pair)
         return UC_OK;
+    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&mt.mu);
     if (mt.pid != getpid()) {
         /* First use, or a child after fork: the parent's thread is not here. */
