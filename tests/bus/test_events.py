@@ -327,3 +327,41 @@ def test_closing_a_publisher_from_its_own_on_event_is_refused(endpoints, monkeyp
         assert not pub.closed
         sub.close()
     assert pub.closed
+
+
+FORK_CHILD_EVENTS = """
+import os, sys, time
+import upcall
+from helpers import wait_for
+
+with upcall.Bus() as bus:
+    # The parent's monitor thread runs (a publisher on tcp) when it forks.
+    pub = bus.publisher("tcp://127.0.0.1:*")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            events = []
+            with upcall.Bus() as child_bus:
+                p = child_bus.publisher("tcp://127.0.0.1:*", on_event=events.append)
+                s = child_bus.subscribe(p.last_endpoint, lambda m: None)
+                wait_for(lambda: p.peers == 1 and any(e.kind == "handshake_succeeded"
+                                                      for e in events))
+                s.close()
+                p.close()
+            os._exit(0)
+        except BaseException as exc:
+            print("child:", repr(exc), flush=True)
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    print("child status", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_child_after_fork_gets_its_own_monitor_thread(tmp_path):
+    import subprocess
+    import sys
+    from helpers import script_env
+    proc = subprocess.run([sys.executable, "-c", FORK_CHILD_EVENTS], env=script_env(),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE * 2)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("child status 0"), (proc.stdout, proc.stderr)
