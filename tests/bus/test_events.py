@@ -365,3 +365,36 @@ def test_a_child_after_fork_gets_its_own_monitor_thread(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE * 2)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("child status 0"), (proc.stdout, proc.stderr)
+
+
+def test_zap_refusal_counted_as_auth_on_the_client(tmp_path):
+    """A pyzmq CURVE server whose ZAP handler (zmq.auth) knows no client
+    key refuses the upcall subscriber: the ERROR command of the handshake
+    reaches the client as ZMQ_EVENT_HANDSHAKE_FAILED_AUTH (value: the ZAP
+    status code, 400)."""
+    from zmq.auth.thread import ThreadAuthenticator
+    server_public, server_secret = zmq.curve_keypair()
+    client = upcall.curve_keypair()
+    events = Events()
+    ctx = zmq.Context()
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    try:
+        auth.configure_curve(domain="*", location=str(tmp_path))   # an empty allow-list
+        pub = ctx.socket(zmq.PUB)
+        pub.curve_server = True
+        pub.curve_publickey, pub.curve_secretkey = server_public, server_secret
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        with upcall.Bus() as bus:
+            sub = bus.subscribe(f"tcp://127.0.0.1:{port}", lambda m: None,
+                                curve_serverkey=server_public.decode(), curve_client=client,
+                                on_event=events)
+            wait_for(lambda: events.has("handshake_failed", "auth"), what=events.kinds)
+            assert sub.stats["handshake_failed_auth"] >= 1
+            assert sub.stats["handshakes"] == 0
+            ev = next(e for e in events.items if e.cause == "auth")
+            assert ev.value == 400
+        pub.close(linger=0)
+    finally:
+        auth.stop()
+        ctx.destroy(linger=0)
