@@ -311,6 +311,16 @@ class AsyncSubscription:
         """Name of the delivery thread."""
         return self._sub.thread_name
 
+    @property
+    def peers(self) -> int | None:
+        """Connections up now (Subscription.peers; docs/events.md)."""
+        return self._sub.peers
+
+    @property
+    def connected(self) -> bool | None:
+        """True while at least one connection is up (Subscription.connected)."""
+        return self._sub.connected
+
 
 # How often send_async's wait was woken before the message went (all
 # publishers): the test of the readiness wait reads it.

@@ -398,3 +398,17 @@ def test_zap_refusal_counted_as_auth_on_the_client(tmp_path):
     finally:
         auth.stop()
         ctx.destroy(linger=0)
+
+
+def test_async_subscription_sees_its_connection(endpoints):
+    events = Events()
+
+    async def main():
+        with upcall.Bus() as bus:
+            pub = bus.publisher(endpoints("tcp"))
+            async with bus.subscribe_async(pub.last_endpoint, on_event=events) as asub:
+                while not (asub.peers == 1 and events.has("handshake_succeeded")):
+                    await asyncio.sleep(0.005)
+                assert asub.connected is True
+                assert asub.stats["handshakes"] == 1
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
