@@ -192,6 +192,8 @@ static void *monitor_main(void *arg)
             }
             items[0] = (zmq_pollitem_t){.socket = NULL, .fd = mt.efd, .events = ZMQ_POLLIN};
             for (uc_mon *m = mt.list; m && n + 1 < cap; m = m->next) {
+                if (m->dead)
+                    continue;
                 mons[n] = m;
                 items[++n] = (zmq_pollitem_t){.socket = m->pair, .events = ZMQ_POLLIN};
             }
@@ -207,9 +209,24 @@ static void *monitor_main(void *arg)
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
-            /* ETERM: a bus is closing while its monitor is listed (its
-             * publisher takes it back before closing); look again soon. */
-            usleep(1000);
+            /* ETERM: a bus is closing while a publisher's monitor is
+             * listed (the publisher takes it back when it closes): poll
+             * that one no more, the others as before. */
+            int found = 0;
+            pthread_mutex_lock(&mt.mu);
+            for (size_t i = 0; i < n; i++) {
+                zmq_pollitem_t one = items[i + 1];
+                if (zmq_poll(&one, 1, 0) < 0 && errno == ETERM) {
+                    mons[i]->dead = 1;
+                    found = 1;
+                }
+            }
+            if (found)
+                mt.generation++;
+            pthread_mutex_unlock(&mt.mu);
+            if (!found)
+                usleep(1000);   /* anything else: never a busy loop */
+            continue;
         }
         if (items[0].revents & ZMQ_POLLIN)
             uc_efd_drain(mt.efd);

@@ -27,6 +27,7 @@ struct uc_mon {
     /* The process-wide monitor thread's (uc_mon_watch), under its lock. */
     struct uc_mon *next;
     int watched_by_thread;
+    int dead;                   /* its context is terminating: no longer polled */
 };
 
 /* Start monitoring sock (before it binds or connects, so that no event is

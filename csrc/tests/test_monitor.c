@@ -152,6 +152,50 @@ static int test_inproc_is_not_monitored(void)
     return 0;
 }
 
+/* A bus shut down while one of its publishers is still open (and listed on
+ * the monitor thread) does not disturb the monitor thread's service of
+ * every other publisher.  (Its context only terminates once that publisher,
+ * and with it its monitor, is closed: the ETERM branch of monitor_main is
+ * a guard, not reached here.) */
+static int test_terminating_context_does_not_stall_others(void)
+{
+    int err;
+    uc_bus *other = uc_bus_new(1, &err);
+    CHECK(other);
+    uc_pub_opts po = pub_opts(UC_PUB, "tcp://127.0.0.1:*", 1);
+    uc_pub *stuck = uc_pub_open(other, &po, &err);
+    CHECK(stuck);
+    uc_bus_shutdown(other);   /* zmq_ctx_shutdown: its sockets now fail with ETERM */
+
+    char ep[300];
+    bind_ep(T_TCP, ep, sizeof ep);
+    ev_counter pe = {0};
+    uc_pub_opts po2 = pub_opts(UC_PUB, ep, 1);
+    po2.on_event = count_event;
+    po2.event_ctx = &pe;
+    uc_pub *p = uc_pub_open(g_bus, &po2, &err);
+    CHECK(p);
+    coll c;
+    coll_init(&c, 4);
+    uc_sub_opts so = sub_opts(UC_SUB, uc_pub_last_endpoint(p), 0, &c, 16);
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (atomic_load(&pe.n[UC_EV_HANDSHAKE_SUCCEEDED]) < 1) {
+        CHECK(!passed(&d));
+        sleep_ms(1);
+    }
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+    coll_fini(&c);
+    uc_pub_close(p);
+    uc_pub_close(stuck);
+    CHECK_EQ(uc_bus_close(other, -1), UC_OK);
+    uc_bus_free(other);
+    return 0;
+}
+
 int main(void)
 {
     if (fixtures_setup() != 0)
@@ -161,6 +205,8 @@ int main(void)
     run("tcp_caller", test_tcp_caller);
     run("refused_connect_retried", test_refused_connect_retried);
     run("inproc_is_not_monitored", test_inproc_is_not_monitored);
+    run("terminating_context_does_not_stall_others",
+        test_terminating_context_does_not_stall_others);
     if (fixtures_teardown() != 0)
         g_failed++;
     printf("%d passed, %d failed\n", g_passed, g_failed);
