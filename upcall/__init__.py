@@ -22,6 +22,8 @@ from upcall._bus import (  # noqa: F401
     DEFAULT_MAX_DECOMPRESSED,
     MAX_OOB_FRAMES,
     Bus,
+    ConnectionEvent,
+    EVENT_STATS,
     Publisher,
     PublisherOptions,
     Sent,
@@ -57,6 +59,7 @@ def __getattr__(name: str) -> str:
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "ConnectionEvent", "EVENT_STATS",
     "SubscribeOptions", "PublisherOptions",
     "DEFAULT_MAX_TOPICS",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",

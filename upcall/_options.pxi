@@ -167,6 +167,8 @@ _SUBSCRIBE_OPTIONS = (
     _Option("max_topics", None, _int_or_none("max_topics", 1, 2 ** 31 - 1,
                                              f"None: {DEFAULT_MAX_TOPICS}", DEFAULT_MAX_TOPICS),
             _A, "most topic prefixes the subscription may hold"),
+    _Option("on_event", None, _callable_or_none("on_event"), _A,
+            "on_event(upcall.ConnectionEvent) for each connection event"),
     _Option("extensions", True, _strict_bool("extensions"), _AS,
             "read ext 126/127 as upcall's wire extensions (False: plain ExtType values)"),
 )
@@ -195,6 +197,8 @@ _PUBLISHER_OPTIONS = (
             "coalesce: seconds a batch may wait"),
     _Option("max_batch", DEFAULT_MAX_BATCH, _max_batch_check, 0, "messages per batch"),
     _Option("max_bytes", DEFAULT_MAX_BYTES, _max_bytes_check, 0, "payload bytes per batch"),
+    _Option("on_event", None, _callable_or_none("on_event"), 0,
+            "on_event(upcall.ConnectionEvent) for each connection event"),
 )
 
 

@@ -354,6 +354,16 @@ class AsyncSubscription:
         """Name of the delivery thread."""
         return self._sub.thread_name
 
+    @property
+    def peers(self) -> int | None:
+        """Connections up now (Subscription.peers; docs/events.md)."""
+        return self._sub.peers
+
+    @property
+    def connected(self) -> bool | None:
+        """True while at least one connection is up (Subscription.connected)."""
+        return self._sub.connected
+
 
 # How often send_async's wait was woken before the message went (all
 # publishers): the test of the readiness wait reads it.
@@ -365,6 +375,13 @@ def _drain(efd: int) -> None:
         os.read(efd, 8)
     except BlockingIOError:         # not signalled (woken by the socket's fd)
         pass
+
+
+def _why_blocked(pub: Publisher) -> str:
+    """Why a send cannot go now: nobody to send to, or a full queue."""
+    if not pub.closed and pub.peers == 0:
+        return "no peer connected: nothing has connected to or accepted this publisher"
+    return "high-water mark reached"
 
 
 async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
@@ -384,7 +401,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
     if pub.try_send_packed(topic, payload):
         return
     if timeout == 0:
-        raise BlockingIOError("send_async would block (high-water mark reached)")
+        raise BlockingIOError(f"send_async would block ({_why_blocked(pub)})")
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] | None = None
     expired = False
@@ -414,7 +431,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
                 return
             if expired:
                 raise TimeoutError(f"send_async did not complete within {timeout} s "
-                                   "(high-water mark reached)")
+                                   f"({_why_blocked(pub)})")
             await waiter
             _send_wakeups += 1
             _drain(efd)
