@@ -40,6 +40,7 @@ struct uc_zap {
     uc_bus *bus;
     void *sock;
     uc_bus_sock bs;
+    int bs_bound;            /* the socket holds ZAP_ENDPOINT */
     int efd;                 /* readable: stop */
     pthread_t thread;
 
@@ -254,6 +255,10 @@ static void zap_close_socket(uc_zap *zap)
 {
     const char *ep = ZAP_ENDPOINT;
     uc_bus_sock_closing(zap->bus, &zap->bs, &ep, 1, 0);
+    /* zmq_close frees the inproc name later, on the reaper; an unbind at
+     * once, so that a handler started next binds it again. */
+    if (zap->bs_bound)
+        zmq_unbind(zap->sock, ZAP_ENDPOINT);
     zmq_close(zap->sock);
     uc_bus_release(zap->bus);
 }
@@ -307,6 +312,7 @@ uc_zap *uc_zap_start(uc_bus *bus, int *err)
         zap_free(zap);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
+    zap->bs_bound = 1;
     if ((rc = uc_bus_sock_attached(bus, &zap->bs, ZAP_ENDPOINT, 1)) != UC_OK
         || (e = uc_thread_create(&zap->thread, NULL, zap_main, zap)) != 0) {
         int code = rc != UC_OK ? rc : UC_ERR_SYS;
