@@ -206,6 +206,42 @@ int uc_sockopt_reserved(int option);
 typedef enum { UC_SUB = 1, UC_PULL = 2 } uc_sub_kind;
 typedef enum { UC_PUB = 1, UC_PUSH = 2 } uc_pub_kind;
 
+/* ---- connection events (monitor.c) ------------------------------------ */
+
+/* What libzmq's socket monitor tells of a socket's connections, counted per
+ * subscription and per publisher.  A handshake failure is counted by cause:
+ * the peer broke the ZMTP protocol (a plain peer at a CURVE socket, a
+ * mechanism mismatch, a wrong server key), the ZAP handler refused it, or
+ * libzmq gave no detail (an I/O error during the handshake). */
+typedef enum {
+    UC_EV_CONNECTED,                  /* a connect reached its peer */
+    UC_EV_CONNECT_RETRIED,            /* a connect failed (refused, unresolved
+                                         host, ...); libzmq retries */
+    UC_EV_ACCEPTED,                   /* a bound socket accepted a connection */
+    UC_EV_DISCONNECTED,               /* a connection ended */
+    UC_EV_HANDSHAKE_SUCCEEDED,
+    UC_EV_HANDSHAKE_FAILED_PROTOCOL,
+    UC_EV_HANDSHAKE_FAILED_AUTH,
+    UC_EV_HANDSHAKE_FAILED_NO_DETAIL,
+    UC_EV_COUNT                       /* not an event: how many kinds */
+} uc_event_kind;
+
+typedef struct uc_event {
+    uc_event_kind kind;
+    /* libzmq's value: the fd (connected, accepted, disconnected), the retry
+     * interval in ms (connect retried), the ZMQ_PROTOCOL_ERROR_* code
+     * (protocol, auth) or errno (no detail). */
+    uint32_t value;
+    const char *endpoint;             /* the endpoint the event is about */
+} uc_event;
+
+/* Called on the thread that reads the socket's monitor (a subscription's
+ * loop; the monitor thread for a publisher), without the GIL, once per
+ * event, after it is counted. */
+typedef void (*uc_event_fn)(void *ctx, const uc_event *ev);
+
+typedef struct uc_mon uc_mon;  /* monitor.h */
+
 /* What deliver returns. */
 enum {
     UC_DELIVER_MORE = 0,   /* go on */
@@ -261,6 +297,8 @@ typedef struct uc_sub_opts {
                                      as one message, for foreign producers */
     int with_sender;              /* fill uc_msg.user_id (a metadata lookup per
                                      zmq message; nothing read when 0) */
+    uc_event_fn on_event;         /* may be NULL: events are counted anyway */
+    void *event_ctx;
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;
@@ -388,6 +426,8 @@ typedef struct uc_pub_opts {
     int coalesce;
     int64_t max_delay_us;
     size_t max_batch, max_bytes, max_topics;
+    uc_event_fn on_event;         /* may be NULL; called on the monitor thread */
+    void *event_ctx;
 } uc_pub_opts;
 
 typedef struct uc_pub uc_pub;
@@ -508,6 +548,15 @@ void uc_pub_close(uc_pub *pub);
 
 /* The endpoint as resolved at open (see uc_sub_last_endpoint). */
 const char *uc_pub_last_endpoint(const uc_pub *pub);
+
+/* Connection events so far (counts[UC_EV_COUNT], by uc_event_kind) and the
+ * connections up now (transport connections: connected or accepted, not
+ * yet disconnected; -1: unknown, a socket left unmonitored: inproc://
+ * endpoints only, where libzmq reports no connections).  Any thread.  A subscription's monitor is read by its
+ * loop, a caller-mode one's by its polls only: between polls these are the
+ * numbers the last poll saw. */
+void uc_sub_events(uc_sub *sub, uint64_t *counts, int *peers);
+void uc_pub_events(const uc_pub *pub, uint64_t *counts, int *peers);
 
 #ifdef __cplusplus
 }

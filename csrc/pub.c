@@ -94,6 +94,9 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)
             && !uc_sock_set_options(p->sock, o->sockopts, o->n_sockopts)
+            && (uc_mon_start(&p->mon, uc_bus_zmq_context(bus), p->sock, &o->endpoint, 1,
+                             o->on_event, o->event_ctx), 1)
+            && uc_mon_watch(&p->mon) == UC_OK
             && !uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint))
             code = uc_bus_sock_attached(bus, &p->bs, p->last_endpoint, o->bind);
     }
@@ -101,6 +104,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         e = errno;
         if (p->bus) {
             uc_bus_sock_closing(bus, &p->bs, &(const char *){p->last_endpoint}, 1, 0);
+            uc_mon_unwatch(&p->mon);
+            uc_mon_stop(&p->mon);
             if (p->sock)
                 zmq_close(p->sock);
             uc_bus_release(bus);
@@ -276,9 +281,13 @@ void uc_pub_close(uc_pub *p)
     if (!p)
         return;
     uc_pub_close_flush(p, -1);
+    /* No event callback runs after this (not under the mutex: a callback
+     * may be sending). */
+    uc_mon_unwatch(&p->mon);
     /* Wait for a sender in progress (the blocked one was just woken). */
     pthread_mutex_lock(&p->mu);
     uc_pub_discard_locked(p);
+    uc_mon_stop(&p->mon);
     /* What the flush left of the linger is libzmq's, for what it queued. */
     long left = uc_pub_close_ms_left(p);
     int linger_ms = (int)left;
@@ -298,6 +307,15 @@ void uc_pub_close(uc_pub *p)
     uc_bus *bus = p->bus;
     free(p);
     uc_bus_release(bus);
+}
+
+void uc_pub_events(const uc_pub *p, uint64_t *counts, int *peers)
+{
+    for (int i = 0; i < UC_EV_COUNT; i++)
+        if (counts)
+            counts[i] = p ? atomic_load_explicit(&p->mon.counts[i], memory_order_relaxed) : 0;
+    if (peers)
+        *peers = p ? atomic_load_explicit(&p->mon.peers, memory_order_relaxed) : 0;
 }
 
 const char *uc_pub_last_endpoint(const uc_pub *p)

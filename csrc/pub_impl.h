@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "coalesce.h"
+#include "monitor.h"
 #include "oob.h"
 #include "sockopt.h"
 
@@ -30,6 +31,7 @@ struct uc_pub {
     int subscriptions;  /* XPUB: subscribe minus unsubscribe messages read (mutex) */
     unsigned sends_since_drain; /* (mutex) */
     char last_endpoint[UC_ENDPOINT_MAX];
+    uc_mon mon;         /* connection events, read by the monitor thread (monitor.c) */
     /* Coalescing: all under the mutex. */
     int coalesce;
     uc_coal co;

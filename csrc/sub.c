@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "sub_impl.h"
+#include "monitor.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -490,6 +491,16 @@ int uc_sub_source_is_ours(const uc_sub *s)
 }
 
 /* ---- stats and the endpoint ------------------------------------------- */
+
+void uc_sub_events(uc_sub *s, uint64_t *counts, int *peers)
+{
+    uc_mon *m = s && s->ops->monitor ? s->ops->monitor(s) : NULL;
+    for (int i = 0; i < UC_EV_COUNT; i++)
+        if (counts)
+            counts[i] = m ? atomic_load_explicit(&m->counts[i], memory_order_relaxed) : 0;
+    if (peers)
+        *peers = m ? atomic_load_explicit(&m->peers, memory_order_relaxed) : -1;
+}
 
 void uc_sub_stats(const uc_sub *s, uc_stats *out)
 {

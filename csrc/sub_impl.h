@@ -57,6 +57,9 @@ typedef struct uc_sub_ops {
     /* uc_sub_hold (oob.h): a source whose frames are zmq messages.  NULL:
      * UC_ERR_ARG (the caller copies the bytes instead). */
     int (*hold)(uc_sub *s, const uc_frame *f, struct uc_held **out);
+    /* uc_sub_events (bus.h): a source with a socket monitor (monitor.h).
+     * NULL: no connection events (all counts 0). */
+    struct uc_mon *(*monitor)(uc_sub *s);
 } uc_sub_ops;
 
 struct uc_sub {

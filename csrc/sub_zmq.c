@@ -28,6 +28,7 @@
 #include <zmq.h>
 
 #include "bus_impl.h"
+#include "monitor.h"
 #include "split.h"
 #include "oob_impl.h"
 #include "util.h"
@@ -57,6 +58,7 @@ typedef struct zmq_source {
                                    (the first: sub.last_endpoint) */
     const char **resolved;      /* [i]: the i-th endpoint as resolved ("" until) */
     uc_bus_sock *bs;            /* [i]: what the bus knows of the i-th endpoint */
+    uc_mon mon;                 /* connection events: read by the socket's owner */
 
     /* Loop-owned (only the thread that owns the socket touches these). */
     zmq_msg_t *pool;   /* pool_cap frames, always initialised */
@@ -472,9 +474,10 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
     struct timespec deadline;
     if (timeout_ms >= 0)
         uc_deadline_after(&deadline, timeout_ms);
-    zmq_pollitem_t items[2] = {
+    zmq_pollitem_t items[3] = {
         {.socket = z->sock, .events = ZMQ_POLLIN},
         {.socket = NULL, .fd = s->efd, .events = ZMQ_POLLIN},
+        {.socket = z->mon.pair, .events = ZMQ_POLLIN},
     };
     size_t total = 0;
     int maybe_more = 1; /* whatever is queued already is taken before polling */
@@ -534,7 +537,7 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
         }
 
         long wait = timeout_ms < 0 ? -1 : uc_ms_left(&deadline);
-        int rc = zmq_poll(items, 2, wait);
+        int rc = zmq_poll(items, 3, wait);
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
@@ -544,6 +547,9 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
         }
         if (items[1].revents & ZMQ_POLLIN)
             uc_efd_drain(s->efd);
+        /* Connection events: read only when there are some. */
+        if (items[2].revents & ZMQ_POLLIN)
+            uc_mon_read(&z->mon);
         if (items[0].revents & ZMQ_POLLIN)
             maybe_more = 1;
         if (rc == 0 && timeout_ms >= 0)
@@ -569,6 +575,7 @@ static void zmq_finalize(uc_sub *s)
         for (size_t i = 0; i < z->pool_cap; i++)
             zmq_msg_close(&z->pool[i]);
         zmq_msg_close(&z->scratch);
+        uc_mon_stop(&z->mon);
         /* zmq_close releases a bound address later, on the reaper thread; an
          * explicit unbind frees an inproc name at once (tcp/ipc listeners still
          * close on the I/O thread), so close-then-rebind works as expected. */
@@ -702,6 +709,8 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         uc_sub_discard(s);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
+    uc_mon_start(&z->mon, uc_bus_zmq_context(bus), z->sock, eps, n_eps, o->on_event,
+                 o->event_ctx);
     /* Bound before attaching, so that a failure half-way releases the
      * addresses already bound (finalize unbinds the first n_attached). */
     z->bound = o->bind;
@@ -745,6 +754,11 @@ static int zmq_hold(uc_sub *s, const uc_frame *f, uc_held **out)
     return *out ? UC_OK : UC_ERR_NOMEM;
 }
 
+static uc_mon *zmq_monitor(uc_sub *s)
+{
+    return &((zmq_source *)s)->mon;
+}
+
 static const uc_sub_ops zmq_sub_ops = {
     .run = zmq_run,
     .finalize = zmq_finalize,
@@ -754,6 +768,7 @@ static const uc_sub_ops zmq_sub_ops = {
     .wait_topics = zmq_wait_topics,
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
+    .monitor = zmq_monitor,
 };
 
 static const uc_sub_ops zmq_pull_ops = {
@@ -762,4 +777,5 @@ static const uc_sub_ops zmq_pull_ops = {
     .destroy = zmq_destroy,
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
+    .monitor = zmq_monitor,
 };

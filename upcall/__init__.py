@@ -22,6 +22,8 @@ from upcall._bus import (  # noqa: F401
     DEFAULT_MAX_DECOMPRESSED,
     MAX_OOB_FRAMES,
     Bus,
+    ConnectionEvent,
+    EVENT_STATS,
     Publisher,
     PublisherOptions,
     Sent,
@@ -47,6 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
+    "ConnectionEvent", "EVENT_STATS",
     "SubscribeOptions", "PublisherOptions",
     "DEFAULT_MAX_TOPICS",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",

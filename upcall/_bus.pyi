@@ -59,6 +59,18 @@ def curve_keypair() -> tuple[str, str]:
 def python_threads(run: _Run) -> None:
     """Run the loop on a daemon ``threading.Thread`` named ``upcall-<n>``."""
 
+# Connection events (docs/events.md): the stats keys, in the core's order.
+EVENT_STATS: tuple[str, ...]
+
+class ConnectionEvent:
+    """One connection event of a subscription or a publisher (``on_event``)."""
+    kind: str
+    cause: str | None
+    endpoint: str
+    value: int
+    def __init__(self, kind: str, endpoint: str, cause: str | None = None,
+                 value: int = 0) -> None: ...
+
 @final
 class Subscription:
     """One receive loop delivering decoded messages to one target."""
@@ -73,7 +85,14 @@ class Subscription:
     @property
     def stats(self) -> dict[str, int]:
         """received, delivered, filtered, batches, decode_errors, callback_errors, dropped,
-        zmq_received (zmq messages; a coalesced one holds many messages)."""
+        zmq_received (zmq messages; a coalesced one holds many messages), and
+        the connection events' counts (EVENT_STATS)."""
+    @property
+    def peers(self) -> int | None:
+        """Connections up now (None: unknown, inproc:// only)."""
+    @property
+    def connected(self) -> bool | None:
+        """True while at least one connection is up."""
     @property
     def topics(self) -> tuple[bytes, ...]:
         """SUB prefixes with every subscribe()/unsubscribe() so far; () for PULL."""
@@ -127,6 +146,12 @@ class Publisher:
     def last_endpoint(self) -> str: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def stats(self) -> dict[str, int]:
+        """The connection events' counts (EVENT_STATS)."""
+    @property
+    def peers(self) -> int | None:
+        """Connections up now (None: unknown, inproc://)."""
     def send(self, topic: Topic, obj: Any, *, timeout: float | None = None,
              copy: bool = True) -> Sent | None:
         """``timeout`` in seconds (pyzmq's are milliseconds).  ``copy=False``:
@@ -199,6 +224,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     raw: bool
     copy: bool
     max_topics: int | None
+    on_event: Callable[[ConnectionEvent], Any] | None
     extensions: bool
     allow: AllowedKeys | None
     authenticate: bool
@@ -228,6 +254,7 @@ class PublisherKwargs(TypedDict, total=False):
     max_bytes: int
     allow: AllowedKeys | None
     authenticate: bool
+    on_event: Callable[[ConnectionEvent], Any] | None
 
 class _Option:
     """One keyword argument: name, default, check (value -> value kept), help."""

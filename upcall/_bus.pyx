@@ -29,7 +29,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.exc cimport (PyErr_CheckSignals, PyErr_Restore, PyErr_SetInterrupt,
+                          PyErr_WriteUnraisable)
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
@@ -172,6 +173,7 @@ include "_oob.pxi"
 include "_trampoline.pxi"
 include "_threads.pxi"
 include "_errlog.pxi"
+include "_events.pxi"
 include "_subscription.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
@@ -684,6 +686,9 @@ A zmq context and every subscription and publisher opened on it.
             o.curve.zap_domain = <const char *>(<bytes>zap[2])
         o.deliver = _deliver
         o.ctx = &sub._st
+        sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
+        o.on_event = _on_conn_event
+        o.event_ctx = <void *>sub._events
         opt_array = _sockopt_array(sockopts)
         o.sockopts = opt_array
         o.n_sockopts = len(sockopts)
@@ -846,12 +851,21 @@ A zmq context and every subscription and publisher opened on it.
         pub._max_batch, pub._max_bytes = o.max_batch, o.max_bytes
         o.sockopts = _sockopt_array(sockopts)
         o.n_sockopts = len(sockopts)
+        # The monitor thread may call it until uc_pub_close: a reference of
+        # its own, dropped after that (Publisher._drop_events).
+        sink = _EventSink(f"publisher {endpoint}", opts.on_event)
+        Py_INCREF(sink)
+        pub._events = <PyObject *>sink
+        o.on_event = _on_conn_event
+        o.event_ctx = <void *>sink
         try:
             pub._c = uc_pub_open(self._c, &o, &err)
         finally:
             free(<void *>o.sockopts)
         if pub._c == NULL:
+            pub._drop_events()
             self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, opts.bind)
+        sink.label = f"publisher {pub.last_endpoint}"
         self._pubs.add(pub)
         _auth_register(zap, pub)
         return pub

@@ -167,6 +167,8 @@ _SUBSCRIBE_OPTIONS = (
     _Option("max_topics", None, _int_or_none("max_topics", 1, 2 ** 31 - 1,
                                              f"None: {DEFAULT_MAX_TOPICS}", DEFAULT_MAX_TOPICS),
             _A, "most topic prefixes the subscription may hold"),
+    _Option("on_event", None, _callable_or_none("on_event"), _A,
+            "on_event(upcall.ConnectionEvent) for each connection event"),
     _Option("extensions", True, _strict_bool("extensions"), _AS,
             "read ext 126/127 as upcall's wire extensions (False: plain ExtType values)"),
     _Option("allow", None, _allow_check, _A,
@@ -205,6 +207,8 @@ _PUBLISHER_OPTIONS = (
             "CURVE client public keys this CURVE server admits (with the bus's)"),
     _Option("authenticate", False, _strict_bool("authenticate"), 0,
             "ask the bus's authenticator about every peer (address lists, plain too)"),
+    _Option("on_event", None, _callable_or_none("on_event"), 0,
+            "on_event(upcall.ConnectionEvent) for each connection event"),
 )
 
 

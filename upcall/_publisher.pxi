@@ -79,6 +79,11 @@ cdef struct _send_args:
     int flags
 
 
+# Why a send cannot go when the publisher has no connection at all (its
+# peers count, from the socket monitor, is 0).
+_NO_PEER = "no peer connected: nothing has connected to or accepted this publisher"
+
+
 cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     cdef _send_args *a = <_send_args *>arg
     cdef int rc
@@ -172,6 +177,7 @@ cdef class Publisher:
     cdef size_t _max_batch   # publisher(max_batch=..., max_bytes=...): also send_many's
     cdef size_t _max_bytes
     cdef object __weakref__  # the bus keeps a weak reference
+    cdef PyObject *_events   # its _EventSink, referenced until uc_pub_close (NULL: dropped)
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         mp_writer_init(&self._w)
@@ -201,8 +207,38 @@ cdef class Publisher:
             # pending batches, which may wait (up to linger) for a peer.
             with nogil:
                 uc_pub_close(c)
+            self._drop_events()
         self._c = NULL
         mp_writer_free(&self._w)
+
+    cdef void _drop_events(self) noexcept:
+        """After uc_pub_close (or a failed open): no event callback runs now."""
+        cdef PyObject *sink = self._events
+        self._events = NULL
+        if sink != NULL:
+            Py_DECREF(<object>sink)
+
+    @property
+    def stats(self):
+        """Connection events so far (upcall.EVENT_STATS, docs/events.md):
+        connected, connect_retried, accepted, disconnected, handshakes,
+        handshake_failed_protocol, handshake_failed_auth,
+        handshake_failed_no_detail."""
+        cdef uint64_t counts[UC_EV_COUNT]
+        uc_pub_events(self._c, counts, NULL)
+        return _event_stats(counts)
+
+    @property
+    def peers(self):
+        """Connections up now (transport connections made or accepted and
+        not yet ended), read by the monitor thread as they change; 0 once
+        closed.  None when unknown: an inproc:// endpoint (libzmq reports no
+        connections there) or a socket libzmq could not monitor."""
+        cdef int peers = -1
+        if self._c == NULL:
+            return 0
+        uc_pub_events(self._c, NULL, &peers)
+        return None if peers < 0 else peers
 
     def __repr__(self):
         if _inherited(self._fork_generation):
@@ -590,7 +626,7 @@ cdef class Publisher:
         if rc == UC_OK:
             return 0
         if rc != UC_ERR_BUSY and (rc != UC_ERR_AGAIN or ms == 0):
-            return _check_rc(rc, "send", ms)
+            return self._check_send_rc(rc, ms)
         self._in_flight += 1
         try:
             if rc == UC_ERR_BUSY:
@@ -612,6 +648,15 @@ cdef class Publisher:
                 c = self._closing
                 self._closing = NULL
                 self._close_c(c)
+        return self._check_send_rc(rc, ms)
+
+    cdef int _check_send_rc(self, int rc, int ms) except -1:
+        if rc == UC_ERR_AGAIN and self._c != NULL and self.peers == 0:
+            # Not the high-water mark of a peer that reads slowly: nobody
+            # is there to take it.
+            if ms > 0:
+                raise TimeoutError(f"send did not complete within {ms} ms ({_NO_PEER})")
+            raise BlockingIOError(f"send would block: {_NO_PEER}")
         return _check_rc(rc, "send", ms)
 
     def wait_subscriptions(self, n=1, *, timeout=None):
@@ -692,6 +737,7 @@ cdef class Publisher:
                 why = "the close of its bus by a deadline cut its linger"
             with nogil:
                 uc_pub_close(c)
+            self._drop_events()
             if n:
                 _log.warning("upcall: publisher %s closed with %d coalesced message(s) "
                              "not sent (%s): discarded", endpoint, n, why,

@@ -169,6 +169,7 @@ cdef class Subscription:
     cdef object _end_exc          # what ended the loop (KeyboardInterrupt...), for _end_hook
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef object __weakref__       # the bus keeps a weak reference
+    cdef _EventSink _events       # connection events: on_event and their log
     cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None
 
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
@@ -234,14 +235,44 @@ cdef class Subscription:
         """Counters: received, delivered, filtered, batches, decode_errors,
         callback_errors, dropped (docs/wire.md, "What is counted where"), and
         zmq_received: zmq messages, each holding one message or, coalesced,
-        many (received counts those)."""
+        many (received counts those).  Connection events (upcall.EVENT_STATS,
+        docs/events.md): connected, connect_retried, accepted, disconnected,
+        handshakes, handshake_failed_protocol, handshake_failed_auth,
+        handshake_failed_no_detail; they count no message."""
         cdef uc_stats s
         self._check_process()
         uc_sub_stats(self._c, &s)
         return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                 "batches": s.batches, "decode_errors": s.decode_errors,
                 "callback_errors": s.callback_errors, "dropped": s.dropped,
-                "zmq_received": s.zmq_received}
+                "zmq_received": s.zmq_received, **self._event_counts()}
+
+    cdef dict _event_counts(self):
+        cdef uint64_t counts[UC_EV_COUNT]
+        uc_sub_events(self._c, counts, NULL)
+        return _event_stats(counts)
+
+    @property
+    def peers(self):
+        """Connections up now (transport connections made or accepted and
+        not yet ended; a connection whose handshake then fails ends too).
+        Read from the socket's monitor by the receive loop; in caller mode,
+        by poll()/recv(): between them, what the last one saw.  None when
+        unknown: inproc:// endpoints only (libzmq reports no connections
+        there), a synthetic source, or a socket libzmq could not monitor."""
+        cdef int peers = -1
+        self._check_process()
+        if self._c == NULL:
+            return 0
+        uc_sub_events(self._c, NULL, &peers)
+        return None if peers < 0 else peers
+
+    @property
+    def connected(self):
+        """True while at least one connection is up (``peers > 0``; None
+        when that is unknown, see ``peers``)."""
+        peers = self.peers
+        return None if peers is None else peers > 0
 
     @property
     def last_endpoint(self):

@@ -324,6 +324,13 @@ def _drain(efd: int) -> None:
         pass
 
 
+def _why_blocked(pub: Publisher) -> str:
+    """Why a send cannot go now: nobody to send to, or a full queue."""
+    if not pub.closed and pub.peers == 0:
+        return "no peer connected: nothing has connected to or accepted this publisher"
+    return "high-water mark reached"
+
+
 async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
                           timeout: float | None) -> None:
     """Publisher.send_async's awaitable: send now if the socket takes it,
@@ -341,7 +348,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
     if pub.try_send_packed(topic, payload):
         return
     if timeout == 0:
-        raise BlockingIOError("send_async would block (high-water mark reached)")
+        raise BlockingIOError(f"send_async would block ({_why_blocked(pub)})")
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] | None = None
     expired = False
@@ -371,7 +378,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
                 return
             if expired:
                 raise TimeoutError(f"send_async did not complete within {timeout} s "
-                                   "(high-water mark reached)")
+                                   f"({_why_blocked(pub)})")
             await waiter
             _send_wakeups += 1
             _drain(efd)

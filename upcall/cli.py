@@ -20,7 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import threading
+import time
 from typing import Any, Iterator, Optional, Sequence
 
 import upcall
@@ -90,13 +93,17 @@ def _listen(opts: argparse.Namespace) -> int:
         kwargs["curve_serverkey"] = opts.curve_serverkey
     if opts.max_message_size is not None:
         kwargs["max_message_size"] = opts.max_message_size
+    if opts.verbose:
+        # Each event as the socket's monitor reports it, on this thread
+        # (poll() reads the monitor beside the messages).
+        kwargs["on_event"] = _EventPrinter("listen")
     with upcall.Bus() as bus:
         try:
             sub = bus.subscribe(opts.endpoint, show, **kwargs)
         except (ValueError, OSError, TypeError) as e:
             raise Failure(_describe(e)) from None
         if opts.verbose:
-            print(f"{PROG} listen: {'bound to' if opts.bind else 'connected to'} "
+            print(f"{PROG} listen: {'bound to' if opts.bind else 'connecting to'} "
                   f"{sub.last_endpoint}", file=sys.stderr, flush=True)
         # poll() counts skipped messages too: ask it for at most the lines
         # still wanted, so that it never delivers more than --count.
@@ -106,6 +113,45 @@ def _listen(opts: argparse.Namespace) -> int:
         if not sub.closed:
             sub.close()
     return EXIT_OK
+
+
+class _EventPrinter:
+    """on_event for the command line: one line on stderr per connection
+    event.  libzmq says only that a connect was retried; for a tcp host
+    name it checks once whether the name resolves, to say why."""
+
+    def __init__(self, command: str):
+        self.command = command
+        self.resolves: dict[str, bool] = {}
+        self.retrying: set[str] = set()     # said once until the next change
+
+    def _why_retried(self, endpoint: str) -> str:
+        if not endpoint.startswith("tcp://"):
+            return ""
+        host = endpoint[len("tcp://"):].rpartition(":")[0].strip("[]")
+        if ";" in host:                      # tcp://source;host:port
+            host = host.rpartition(";")[2]
+        if host not in self.resolves:
+            try:
+                socket.getaddrinfo(host, None)
+                self.resolves[host] = True
+            except (OSError, UnicodeError):
+                self.resolves[host] = False
+        return "" if self.resolves[host] else f": cannot resolve {host}"
+
+    def __call__(self, ev: Any) -> None:
+        if ev.kind == "connect_retried":
+            if ev.endpoint in self.retrying:
+                return
+            self.retrying.add(ev.endpoint)
+            text = (f"connect retried{self._why_retried(ev.endpoint)} ({ev.endpoint}); "
+                    "libzmq keeps retrying")
+        elif ev.kind == "handshake_failed":
+            text = f"handshake failed ({ev.cause}) with a peer of {ev.endpoint}"
+        else:
+            self.retrying.discard(ev.endpoint)
+            text = f"{ev.kind.replace('_', ' ')} ({ev.endpoint})"
+        print(f"{PROG} {self.command}: {text}", file=sys.stderr, flush=True)
 
 
 # ---- publish ------------------------------------------------------------------
@@ -170,11 +216,22 @@ def _publish(opts: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, linger=opts.linger)
     if opts.curve_serverkey:
         kwargs["curve_serverkey"] = opts.curve_serverkey
+    ready = threading.Event()
+    if opts.kind == "push":
+        def on_event(ev: Any) -> None:
+            if ev.kind == "handshake_succeeded":
+                ready.set()
+        kwargs["on_event"] = on_event
     with upcall.Bus() as bus:
         try:
             pub = bus.publisher(opts.endpoint, **kwargs)
         except (ValueError, OSError, TypeError) as e:
             raise Failure(_describe(e)) from None
+        if opts.kind == "push" and opts.wait > 0:
+            # A PUSH with no peer would queue the messages and then drop
+            # them when its linger ends, saying nothing: wait for a peer,
+            # and say so.
+            _wait_for_peer(pub, ready, opts.bind, opts.wait_timeout)
         if opts.kind == "pub" and opts.wait > 0:
             # The slow joiner: a PUB drops what it sends before a subscriber
             # has subscribed; wait for the subscriptions first.  (A PUSH
@@ -196,6 +253,36 @@ def _publish(opts: argparse.Namespace) -> int:
         except (ValueError, OSError) as e:
             raise Failure(_describe(e)) from None
     return EXIT_OK
+
+
+#: Seconds a push waits for its peer before saying so on stderr.
+WAIT_NOTICE = 1.0
+
+
+def _wait_for_peer(pub: Any, ready: threading.Event, bound: bool,
+                   timeout: Optional[float]) -> None:
+    """Until a peer's handshake succeeded (ready), --wait-timeout or Ctrl-C.
+    Said on stderr once the wait is longer than a connection on a working
+    network takes (WAIT_NOTICE seconds), or when it ends in failure."""
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    said = False
+    while not ready.is_set():
+        now = time.monotonic()
+        expired = deadline is not None and now >= deadline
+        if not said and (expired or now - start >= WAIT_NOTICE):
+            where = "to connect to" if bound else "at"
+            print(f"{PROG} publish: waiting for a peer {where} {pub.last_endpoint} "
+                  "(--wait 0: do not wait; Ctrl-C ends it)", file=sys.stderr, flush=True)
+            said = True
+        if expired:
+            raise Failure(f"no peer on {pub.last_endpoint} within {timeout} s "
+                          "(--wait-timeout)")
+        # Slices, so that Ctrl-C is seen; ready wakes it at once.
+        left = [0.2, WAIT_NOTICE - (now - start) if not said else 0.2]
+        if deadline is not None:
+            left.append(deadline - now)
+        ready.wait(max(0.0, min(left)))
 
 
 # ---- bench --------------------------------------------------------------------
@@ -315,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                     '  {"topic": ..., "payload": ...}\n'
                     "Ctrl-C ends it (status 130).")
     lp.add_argument("endpoint", metavar="ENDPOINT",
-                    help="tcp://host:port, ipc://path or inproc://name")
+                    help="tcp://host:port or ipc://path")
     lp.add_argument("--topic", "-t", action="append", default=[], metavar="T",
                     help="a topic prefix to subscribe to (repeatable; default: everything)")
     lp.add_argument("--bind", action="store_true",
@@ -330,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
                      f"{upcall.DEFAULT_MAX_DECOMPRESSED // (1 << 20)} MiB of decompressed "
                      "values per message")
     lp.add_argument("--verbose", "-v", action="store_true",
-                    help="say on stderr where it listens (the port of a tcp://...:* bind)")
+                    help="say on stderr where it listens (the port of a tcp://...:* bind) "
+                         "and each connection event as it happens")
     lp.set_defaults(run=_listen)
 
     pp = commands.add_parser(
@@ -340,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "non-blank line of stdin.  A pub publisher first waits until a\n"
                     "subscriber has subscribed, so the first message is not lost.")
     pp.add_argument("endpoint", metavar="ENDPOINT",
-                    help="tcp://host:port, ipc://path or inproc://name")
+                    help="tcp://host:port or ipc://path")
     pp.add_argument("json", nargs="*", metavar="JSON",
                     help="messages to send (default: JSON lines from stdin)")
     pp.add_argument("--topic", "-t", default="", metavar="T",
@@ -350,9 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option(pp, PublisherOptions, "kind")
     pp.add_argument("--wait", type=_count, default=1, metavar="N",
                     help="pub: subscriptions to wait for before sending "
-                         "(Publisher.wait_subscriptions; default 1, 0: do not wait)")
+                         "(Publisher.wait_subscriptions; default 1, 0: do not wait); "
+                         "push: wait for a peer first (0: do not wait)")
     pp.add_argument("--wait-timeout", type=_seconds, default=None, metavar="S",
-                    help="give up (status 1) if they are not there after S seconds "
+                    help="give up (status 1) if they (or a push's peer) are not there after S seconds "
                          "(default: wait until Ctrl-C)")
     _add_option(pp, PublisherOptions, "linger", parse=_seconds, default=5.0, metavar="S",
                 help="at exit, wait at most S seconds for unsent messages (default 5)")

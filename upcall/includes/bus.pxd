@@ -1,6 +1,6 @@
 # Cython declarations of the C core's bus (csrc/bus.h).
 # (Public: shipped in the wheel with the headers it names, upcall.get_include().)
-from libc.stdint cimport uint64_t, int64_t
+from libc.stdint cimport uint32_t, uint64_t, int64_t
 
 cdef extern from "bus.h" nogil:
     enum:
@@ -74,6 +74,23 @@ cdef extern from "bus.h" nogil:
                                   size_t *consumed) noexcept nogil
     ctypedef void (*uc_exit_fn)(void *ctx) noexcept nogil
 
+    # Connection events (monitor.c).
+    ctypedef enum uc_event_kind:
+        UC_EV_CONNECTED
+        UC_EV_CONNECT_RETRIED
+        UC_EV_ACCEPTED
+        UC_EV_DISCONNECTED
+        UC_EV_HANDSHAKE_SUCCEEDED
+        UC_EV_HANDSHAKE_FAILED_PROTOCOL
+        UC_EV_HANDSHAKE_FAILED_AUTH
+        UC_EV_HANDSHAKE_FAILED_NO_DETAIL
+        UC_EV_COUNT
+    ctypedef struct uc_event:
+        uc_event_kind kind
+        uint32_t value
+        const char *endpoint
+    ctypedef void (*uc_event_fn)(void *ctx, const uc_event *ev) noexcept nogil
+
     ctypedef struct uc_sub_opts:
         uc_sub_kind kind
         const char *endpoint
@@ -96,6 +113,8 @@ cdef extern from "bus.h" nogil:
         size_t n_sockopts
         int plain_ext
         int with_sender
+        uc_event_fn on_event
+        void *event_ctx
 
     ctypedef struct uc_sub:
         pass
@@ -129,6 +148,7 @@ cdef extern from "bus.h" nogil:
     void uc_sub_free(uc_sub *sub)
     void uc_sub_stats(const uc_sub *sub, uc_stats *out)
     void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n)
+    void uc_sub_events(uc_sub *sub, uint64_t *counts, int *peers)
     const char *uc_sub_last_endpoint(const uc_sub *sub)
     const char *uc_sub_endpoint(const uc_sub *sub, size_t i)
     int uc_sub_wait(uc_sub *sub, int timeout_ms)
@@ -148,6 +168,8 @@ cdef extern from "bus.h" nogil:
         int coalesce
         int64_t max_delay_us
         size_t max_batch, max_bytes, max_topics
+        uc_event_fn on_event
+        void *event_ctx
 
     enum:
         UC_SEND_TRY
@@ -172,6 +194,7 @@ cdef extern from "bus.h" nogil:
     size_t uc_pub_discard(uc_pub *pub)
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)
+    void uc_pub_events(const uc_pub *pub, uint64_t *counts, int *peers)
 
 
 cdef extern from "split.h" nogil:
