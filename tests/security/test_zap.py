@@ -3,8 +3,9 @@ other processes, over tcp (docs/security.md).
 
 "Delivers nothing" is never shown by sleeping: each refused peer's own
 socket monitor reports its failed handshake (and the authenticator counts
-the refusal by cause) before an allowed peer sends a sentinel; once that
-has arrived, the refused peer must have delivered nothing.
+the refusal by cause, as do the upcall socket's connection events) before
+an allowed peer sends a sentinel; once that has arrived, the refused peer
+must have delivered nothing.
 """
 import logging
 import os
@@ -99,9 +100,11 @@ def peers(tmp_path):
     def start(role, endpoint, *, server=None, client=None, plain=False, source=None):
         argv = [role, "--endpoint", endpoint]
         if not plain:
-            argv += ["--serverkey", server]
+            # --opt=KEY: a Z85 key may start with "-", which argparse would
+            # take for an option.
+            argv += [f"--serverkey={server}"]
             if client:
-                argv += ["--public", client[0], "--secret", client[1]]
+                argv += [f"--public={client[0]}", f"--secret={client[1]}"]
         if source:
             argv += ["--source", source]
         p = ZapPeer(*argv, cwd=str(tmp_path))
@@ -131,6 +134,11 @@ class Inbox:
 
 
 SERVER = upcall.curve_keypair()
+
+
+def failed_without_auth(sock):
+    stats = sock.stats
+    return stats["handshake_failed_protocol"] + stats["handshake_failed_no_detail"]
 
 
 def refused_by(auth, cause, n):
@@ -164,6 +172,12 @@ def test_collector_admits_allowed_keys_only(peers):
         for p, tag in ((bad, "bad"), (plain, "plain"), (revoked, "revoked"), (ok, "ok")):
             p.ask(f"send 3 {tag}", "sent")
         wait_for(lambda: inbox.tags().count("ok") == 3)
+        # The socket's own connection events count each refusal by cause.
+        wait_for(lambda: sub.stats["handshake_failed_auth"] == 2, what=lambda: sub.stats)
+        # The plain client: a mechanism mismatch, which libzmq reports to
+        # the server with no detail (to the client as a protocol error).
+        wait_for(lambda: failed_without_auth(sub) >= 1, what=lambda: sub.stats)
+        assert sub.stats["handshakes"] == 1
     assert inbox.items == [("ok", good[0])] * 3
     stats = auth.stats
     assert stats["allowed"] == 1
@@ -195,6 +209,7 @@ def test_denied_address_delivers_nothing(peers):
         wait_for(lambda: inbox.tags().count("ok") == 2)
         assert inbox.tags() == ["ok", "ok"]
         assert auth.stats["refused_key"] == 0
+        wait_for(lambda: sub.stats["handshake_failed_auth"] >= 1, what=lambda: sub.stats)
 
 
 def test_plain_endpoint_address_lists(peers):
@@ -217,6 +232,7 @@ def test_plain_endpoint_address_lists(peers):
         ok.ask("send 2 ok", "sent")
         wait_for(lambda: inbox.tags().count("ok") == 2)
         assert inbox.items == [("ok", None), ("ok", None)]
+        wait_for(lambda: sub.stats["handshake_failed_auth"] >= 1, what=lambda: sub.stats)
 
 
 # ---- a PUB refusing subscribers ---------------------------------------------
@@ -239,6 +255,9 @@ def test_publisher_admits_allowed_subscribers_only(peers):
         assert bad.count() == (0, [])
         assert plain.count() == (0, [])
         assert auth.stats["allowed"] == 1
+        wait_for(lambda: pub.stats["handshake_failed_auth"] >= 1, what=lambda: pub.stats)
+        wait_for(lambda: failed_without_auth(pub) >= 1, what=lambda: pub.stats)
+        assert pub.stats["handshakes"] == 1
 
 
 # ---- runtime revocation ---------------------------------------------------
@@ -398,7 +417,7 @@ def test_flood_of_random_keys(tmp_path, peers):
         auth = bus.authenticator()
         entries = auth.entries
         ok = peers("push", sub.last_endpoint, server=SERVER[0], client=good)
-        flood = ZapPeer("flood", "--endpoint", sub.last_endpoint, "--serverkey", SERVER[0],
+        flood = ZapPeer("flood", "--endpoint", sub.last_endpoint, f"--serverkey={SERVER[0]}",
                         "--batch", str(batch), cwd=str(tmp_path))
         try:
             rss = {}
