@@ -96,9 +96,13 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             && !uc_sock_set_options(p->sock, o->sockopts, o->n_sockopts)
             && (uc_mon_start(&p->mon, uc_bus_zmq_context(bus), p->sock, &o->endpoint, 1,
                              o->on_event, o->event_ctx), 1)
-            && uc_mon_watch(&p->mon) == UC_OK
             && !uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint))
             code = uc_bus_sock_attached(bus, &p->bs, p->last_endpoint, o->bind);
+        /* Last, once nothing can fail after it: taking the monitor back
+         * waits for the monitor thread, which may wait for the GIL that our
+         * caller may hold (events queued meanwhile are read then). */
+        if (code == UC_OK && uc_mon_watch(&p->mon) != UC_OK)
+            code = UC_ERR_SYS;
     }
     if (code != UC_OK) {
         e = errno;

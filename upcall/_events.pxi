@@ -72,6 +72,7 @@ cdef class _EventSink:
     cdef _RateLimit warn_log      # handshake refusals
     cdef _RateLimit info_log      # handshakes that failed with no detail
     cdef _RateLimit debug_log     # the rest
+    cdef long calling             # the thread running on_event now (0: none)
 
     def __cinit__(self, str label, object on_event):
         self.label = label
@@ -106,11 +107,14 @@ cdef class _EventSink:
             _event_exception(exc, self.label)
         if self.on_event is None:
             return
+        self.calling = threading.get_ident()
         try:
             self.on_event(ConnectionEvent(kind, endpoint, cause, ev.value))
         except BaseException as exc:
             # Like a target's exception, it never stops the socket.
             _event_exception(exc, self.on_event)
+        finally:
+            self.calling = 0
 
 
 cdef void _event_exception(BaseException exc, object where) noexcept:

@@ -757,6 +757,10 @@ cdef class Publisher:
         _check_not_inherited(self._fork_generation, "Publisher", self._pid)
         if c == NULL:
             return
+        if self._events != NULL and (<_EventSink>self._events).calling == threading.get_ident():
+            # The monitor thread runs on_event and would free what it reads.
+            raise RuntimeError("close() from the publisher's own on_event: close it from "
+                               "another thread (e.g. hand it to one)")
         self._c = NULL
         try:
             _drain_releases()
