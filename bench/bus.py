@@ -153,10 +153,16 @@ ASYNC_COALESCED = "asyncio-coalesced"
 #: The asyncio floor: the same consumer fed by the synthetic source through
 #: the same bridge (no zmq).
 SYNTHETIC_ASYNC = "synthetic-asyncio"
+#: CURVE rows (ipc and tcp): the ``native`` and ``pyzmq+msgspec`` rows with
+#: the receiving end a CURVE server and the flood a CURVE client: what
+#: encryption costs per message, beside the plain rows of the same run.
+CURVE = "curve"
+PYZMQ_CURVE = "pyzmq+curve"
+CURVE_MODES = {CURVE, PYZMQ_CURVE}
 UPCALL_MODES = ["native", "python_threads", "caller", "typed", "typed-raw",
-                "asyncio", ASYNC_BATCHES, ASYNC_COALESCED] + COALESCED_MODES
+                "asyncio", ASYNC_BATCHES, ASYNC_COALESCED] + COALESCED_MODES + [CURVE]
 PYZMQ_MODES = ["pyzmq+msgspec", "pyzmq+msgpack", "pyzmq+typed", "zmq.asyncio",
-               "zmq.asyncio-await"]
+               "zmq.asyncio-await", PYZMQ_CURVE]
 FLOOR = "c-floor"
 PINGPONG = "c-pingpong"
 SYNTHETIC = "synthetic"
@@ -172,7 +178,7 @@ ASYNC_MODES = {"asyncio", "zmq.asyncio", "zmq.asyncio-await", ASYNC_BATCHES, ASY
 #: Rows of upcall's asyncio adapter.
 UPCALL_ASYNC_MODES = {"asyncio", ASYNC_BATCHES, ASYNC_COALESCED, SYNTHETIC_ASYNC}
 #: Rows without round trips.
-NO_RTT_MODES = ASYNC_MODES | {FLOOR, SYNTHETIC, COALESCED_NIL}
+NO_RTT_MODES = ASYNC_MODES | {FLOOR, SYNTHETIC, COALESCED_NIL} | CURVE_MODES
 #: Rows without a flood (round trips only).
 NO_FLOOD_MODES = {PINGPONG}
 #: Messages per coalesced zmq message in the coalesced floods.
@@ -184,7 +190,8 @@ COALESCE_DELAY = 0.001
 PAIRS = [("typed", "pyzmq+typed"), ("typed", "typed-raw"), ("asyncio", "zmq.asyncio"),
          ("asyncio", "zmq.asyncio-await"), ("asyncio", SYNTHETIC_ASYNC),
          (ASYNC_BATCHES, SYNTHETIC), (ASYNC_BATCHES, SYNTHETIC_ASYNC),
-         (ASYNC_COALESCED, "zmq.asyncio")]
+         (ASYNC_COALESCED, "zmq.asyncio"), (CURVE, "native"), (PYZMQ_CURVE, "pyzmq+msgspec"),
+         (CURVE, PYZMQ_CURVE)]
 
 #: --full (what PERF.md's figures come from).
 FULL_N = 200_000
@@ -207,6 +214,7 @@ Terms:
   {PINGPONG:<17} the round-trip floor: two plain C libzmq processes answering each other
   {SYNTHETIC:<17} the same delivery path fed by upcall's synthetic source: no zmq at all
   {COALESCED:<17} {COALESCE_K} messages per zmq message (docs/wire.md), split by the subscriber
+  {CURVE:<17} native with a CURVE server, the flood a CURVE client ({PYZMQ_CURVE}: {REFERENCE}'s)
   native / caller   delivered on upcall's own thread / by sub.poll() on the main thread
   x pyzmq, x C      ratio to the {REFERENCE} row / to {FLOOR}, same transport, same run
   x syn, x C pp     ratio to {SYNTHETIC} (rate) / to {PINGPONG} (p50)
@@ -278,7 +286,7 @@ def small_struct():
 def _decoder(mode: str) -> Callable[[bytes], Any] | None:
     """The payload decoder a row uses (None: upcall's built-in one, or missing)."""
     try:
-        if mode in ("pyzmq+msgspec", "zmq.asyncio", "zmq.asyncio-await") or \
+        if mode in ("pyzmq+msgspec", "zmq.asyncio", "zmq.asyncio-await", PYZMQ_CURVE) or \
                 mode in UPCALL_ASYNC_MODES:
             import msgspec
             return msgspec.msgpack.Decoder().decode
@@ -295,7 +303,7 @@ def _decoder(mode: str) -> Callable[[bytes], Any] | None:
 
 #: Rows whose decoder is msgspec's.
 _MSGSPEC_MODES = UPCALL_ASYNC_MODES | {"pyzmq+msgspec", "pyzmq+typed", "typed", "typed-raw", "zmq.asyncio",
-                  "zmq.asyncio-await"}
+                  "zmq.asyncio-await", PYZMQ_CURVE}
 
 
 def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -330,6 +338,16 @@ def available_modes(wanted: list[str]) -> tuple[list[str], list[str]]:
 
 # ---- receivers: how each mode consumes a PULL socket ------------------------------------
 
+_CURVE_PAIR: list = []
+
+
+def _curve_pair() -> tuple[str, str]:
+    """The CURVE rows' server key pair (one per run)."""
+    if not _CURVE_PAIR:
+        _CURVE_PAIR.append(tuple(upcall_bus().curve_keypair()))
+    return _CURVE_PAIR[0]
+
+
 def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch: int | None):
     kw: dict[str, Any] = {"kind": "pull", "bind": True}
     if batch is not None:
@@ -340,6 +358,8 @@ def _open_upcall_sub(bus, ub, mode: str, endpoint: str, target: Callable, batch:
         kw["thread_factory"] = ub.python_threads
     elif mode == "typed":
         kw["decoder"] = _decoder(mode)
+    elif mode == CURVE:
+        kw["curve_server"] = _curve_pair()
     elif mode == "typed-raw":
         kw["raw"] = True
         decode, inner = _decoder(mode), target
@@ -535,6 +555,8 @@ class FloodRun:
             self.flood = box[0]
         else:
             extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
+            if self.mode in CURVE_MODES:
+                extra["curve_serverkey"] = _curve_pair()[0]
             self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=self.n_zmq, **extra)
             self.b.peer_flooding = True
         gc.collect()
@@ -584,7 +606,8 @@ class FloodRun:
             finally:
                 sub.close(timeout=5.0)
         else:
-            loop = PyzmqLoop(self.ctx, self.endpoint, _decoder(self.mode), c.target)
+            loop = PyzmqLoop(self.ctx, self.endpoint, _decoder(self.mode), c.target,
+                             _curve_pair() if self.mode in CURVE_MODES else None)
             try:
                 ok = c.wait()
             finally:
@@ -773,8 +796,10 @@ class BusBench(harness.Rig):
         self.peer_backend = opt("bus_peer")
 
     def modes_for(self, transport: str) -> list[str]:
-        """The rows of one transport: the C floor needs a peer process."""
-        modes = [m for m in self.modes if not (m == FLOOR and transport == "inproc")]
+        """The rows of one transport: the C floor needs a peer process; inproc
+        has no CURVE handshake."""
+        modes = [m for m in self.modes
+                 if not ((m == FLOOR or m in CURVE_MODES) and transport == "inproc")]
         if not self.latency:
             modes = [m for m in modes if m not in NO_FLOOD_MODES]
         return modes

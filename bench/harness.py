@@ -174,10 +174,15 @@ class PyzmqLoop:
     two per message (topic, payload), decode the payload and call the target.
     """
 
-    def __init__(self, ctx, endpoint: str, decode: Callable, target: Callable):
+    def __init__(self, ctx, endpoint: str, decode: Callable, target: Callable,
+                 curve_server: tuple[str, str] | None = None):
         import zmq
         self.sock = ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve_server:                        # the CURVE rows: this end is the server
+            self.sock.curve_secretkey = curve_server[1].encode()
+            self.sock.curve_publickey = curve_server[0].encode()
+            self.sock.curve_server = True
         self.sock.bind(endpoint)
         self.stop = False
         self.thread = threading.Thread(target=self._run, args=(decode, target),

@@ -4,8 +4,9 @@
 and drives it with one JSON command per line on its stdin, each answered by
 one JSON line on its stdout (``"ok"``, and ``"error"`` when it failed):
 
-``{"cmd": "flood", "endpoint": E, "n": N[, "payload_hex": P]}``
-    Open a PUSH socket that *connects* to E with SNDHWM 0 (no limit) and
+``{"cmd": "flood", "endpoint": E, "n": N[, "payload_hex": P][, "curve_serverkey": K]}``
+    Open a PUSH socket (a CURVE client of the server key K, with a fresh
+    key pair, when given) that *connects* to E with SNDHWM 0 (no limit) and
     send N messages ``[TOPIC, small payload]`` (or ``[TOPIC, P]``: the
     coalesced floods).  Connecting creates the pipe
     at once even though nobody listens yet, so all N messages are queued in
@@ -64,10 +65,13 @@ def have_pyzmq() -> bool:
 
 # ---- flood -----------------------------------------------------------------
 
-def flood_zmq(ctx, endpoint: str, n: int, payload: bytes):
+def flood_zmq(ctx, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None):
     """Queue n messages on a new PUSH that connects to endpoint; return the socket."""
     import zmq
     sock = ctx.socket(zmq.PUSH)
+    if curve_serverkey:
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+        sock.curve_serverkey = curve_serverkey.encode()
     sock.setsockopt(zmq.SNDHWM, 0)           # no limit: everything queues here
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RECONNECT_IVL, 10)   # tcp/ipc: find the late binder quickly
@@ -80,9 +84,10 @@ def flood_zmq(ctx, endpoint: str, n: int, payload: bytes):
     return sock
 
 
-def flood_upcall(bus, endpoint: str, n: int, payload: bytes):
+def flood_upcall(bus, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None):
     """Same as :func:`flood_zmq` with an upcall Publisher; return the publisher."""
-    pub = bus.publisher(endpoint, kind="push", bind=False, sndhwm=0, linger=0.0)
+    curve = {"curve_serverkey": curve_serverkey} if curve_serverkey else {}
+    pub = bus.publisher(endpoint, kind="push", bind=False, sndhwm=0, linger=0.0, **curve)
     send = pub.send_packed
     for _ in range(n):
         send(TOPIC, payload)
@@ -230,10 +235,12 @@ class Peer:
         else:
             self.ctx = upcall.Bus()
 
-    def flood(self, endpoint: str, n: int, payload: bytes | None = None) -> dict:
+    def flood(self, endpoint: str, n: int, payload: bytes | None = None,
+              curve_serverkey: str | None = None) -> dict:
         t0 = time.perf_counter()
         fn = flood_zmq if self.zmq else flood_upcall
-        self.sockets.append(fn(self.ctx, endpoint, n, self.payload if payload is None else payload))
+        self.sockets.append(fn(self.ctx, endpoint, n, self.payload if payload is None else payload,
+                               curve_serverkey))
         return {"queued": n, "seconds": time.perf_counter() - t0}
 
     def connect(self, endpoint: str) -> dict:
@@ -269,7 +276,8 @@ def _execute(peer: Peer, cmd: str, req: dict) -> dict:
     if cmd == "flood":
         hexed = req.get("payload_hex")
         return peer.flood(req["endpoint"], int(req["n"]),
-                          bytes.fromhex(hexed) if hexed is not None else None)
+                          bytes.fromhex(hexed) if hexed is not None else None,
+                          req.get("curve_serverkey"))
     if cmd == "connect":
         return peer.connect(req["endpoint"])
     if cmd == "pace":

@@ -101,6 +101,10 @@ typedef struct uc_msg {
     const uc_frame *wire;
     int fault;
     size_t fault_offset;
+    /* The authenticated identity of the connection it came from (the ZAP
+     * User-Id: a CURVE client's Z85 public key), valid as the frames are;
+     * NULL unless the subscription was opened with with_sender, or none. */
+    const char *user_id;
 } uc_msg;
 
 /* ---- thread factory --------------------------------------------------- */
@@ -175,6 +179,8 @@ typedef struct uc_curve {
     const char *publickey;  /* our key pair (client or server) */
     const char *secretkey;
     int server;             /* act as the CURVE server */
+    const char *zap_domain; /* ZMQ_ZAP_DOMAIN (zap.h): NULL for none; set, libzmq
+                               asks the bus's ZAP handler about plain peers too */
 } uc_curve;
 
 /* ---- socket options ---------------------------------------------------- */
@@ -289,6 +295,8 @@ typedef struct uc_sub_opts {
     int plain_ext;                /* the wire's extensions off (docs/wire.md): an
                                      ext 127 payload is not split but delivered
                                      as one message, for foreign producers */
+    int with_sender;              /* fill uc_msg.user_id (a metadata lookup per
+                                     zmq message; nothing read when 0) */
     uc_event_fn on_event;         /* may be NULL: events are counted anyway */
     void *event_ctx;
 } uc_sub_opts;

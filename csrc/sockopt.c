@@ -24,7 +24,7 @@ int uc_sock_set_curve(void *sock, const uc_curve *c)
         return -1;
     if (c->server && uc_sock_set_int(sock, ZMQ_CURVE_SERVER, 1))
         return -1;
-    return 0;
+    return uc_sock_set_str(sock, ZMQ_ZAP_DOMAIN, c->zap_domain);
 }
 
 int uc_sockopt_reserved(int option)
@@ -38,6 +38,7 @@ int uc_sockopt_reserved(int option)
     case ZMQ_CURVE_PUBLICKEY:
     case ZMQ_CURVE_SECRETKEY:
     case ZMQ_CURVE_SERVERKEY:
+    case ZMQ_ZAP_DOMAIN:
     case ZMQ_SUBSCRIBE:
     case ZMQ_UNSUBSCRIBE:
     case ZMQ_CONFLATE:

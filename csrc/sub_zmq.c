@@ -73,6 +73,7 @@ typedef struct zmq_source {
      * pool[split_first, split_first + split_kept) (1 or 2 frames). */
     int splitting;
     int plain_ext;     /* subscribe(extensions=False): an ext 127 payload is one message */
+    int with_sender;   /* subscribe(with_sender=True): read each zmq message's User-Id */
     uc_split split;
     size_t split_first, split_kept;
 
@@ -140,6 +141,7 @@ static size_t split_into(zmq_source *z, size_t n, size_t limit)
         m->n_extra = 0;
         m->n_frames = z->split_kept;
         m->wire = wire;
+        m->user_id = z->with_sender ? zmq_msg_gets(&z->pool[z->split_first], "User-Id") : NULL;
         if (r == UC_SPLIT_MSG) {
             m->payload = part;
             m->fault = 0;
@@ -245,6 +247,8 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         m->n_frames = total;
         m->wire = NULL;
         m->fault = 0;
+        /* The property lookup only when asked for: nothing otherwise. */
+        m->user_id = __builtin_expect(z->with_sender, 0) ? zmq_msg_gets(first, "User-Id") : NULL;
         /* plain_ext is read only for an ext 127 payload: an ordinary one
          * pays nothing for the option. */
         if (__builtin_expect(uc_split_begin(&z->split, m->payload.data, m->payload.size), 0)
@@ -665,6 +669,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         return NULL;
     zmq_source *z = (zmq_source *)s;
     z->plain_ext = o->plain_ext;
+    z->with_sender = o->with_sender;
     z->changes_end = &z->changes;
     z->pool_cap = pool_capacity(o->batch);
     z->pool = calloc(z->pool_cap, sizeof *z->pool);

@@ -1,4 +1,5 @@
 """Type stubs for upcall._bus: the bus, subscriptions, publishers, thread factories."""
+import os
 from types import TracebackType
 from array import array
 from typing import (Any, Callable, ClassVar, Coroutine, Generator, Iterable, Literal, Mapping, Protocol,
@@ -47,8 +48,10 @@ ThreadFactory = Callable[[_Run], Any] | _NativeThreads
 
 CurveKey = str | bytes
 """A CURVE key as 40 characters of Z85 text."""
-CurveKeyPair = tuple[CurveKey, CurveKey] | list[CurveKey]
-"""(public, secret), as made by curve_keypair()."""
+CurveKeyPair = tuple[CurveKey, CurveKey] | list[CurveKey] | Certificate
+"""(public, secret), as made by curve_keypair(), or a Certificate with its secret key."""
+AllowedKeys = CurveKey | Certificate | os.PathLike[str] | Iterable[CurveKey | Certificate | os.PathLike[str]]
+"""CURVE client public keys: Z85 keys, Certificates, directories of public certificates."""
 
 def curve_keypair() -> tuple[str, str]:
     """A new CURVE key pair (public, secret) as Z85 strings; RuntimeError without CURVE."""
@@ -223,10 +226,13 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     max_topics: int | None
     on_event: Callable[[ConnectionEvent], Any] | None
     extensions: bool
+    allow: AllowedKeys | None
+    authenticate: bool
 
 class SubscribeKwargs(SubscribeAsyncKwargs, total=False):
     """The keywords of subscribe()."""
     delivery: Literal["thread", "caller"]
+    with_sender: bool
 
 class PublisherKwargs(TypedDict, total=False):
     """The keywords of publisher()."""
@@ -246,6 +252,8 @@ class PublisherKwargs(TypedDict, total=False):
     max_delay: float | None
     max_batch: int
     max_bytes: int
+    allow: AllowedKeys | None
+    authenticate: bool
     on_event: Callable[[ConnectionEvent], Any] | None
 
 class _Option:
@@ -303,9 +311,49 @@ class Bus:
         KeyboardInterrupt here, however close to the wait it came (the wait
         runs in slices of at most 200 ms, signal handlers run in between)."""
     def close(self, timeout: float | None = None) -> None: ...
+    def authenticator(self) -> Authenticator:
+        """The bus's ZAP handler, started by the first call."""
     def __enter__(self) -> Bus: ...
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None: ...
+
+@final
+class Authenticator:
+    """The bus's ZAP handler: who may complete a handshake with its sockets."""
+    def allow(self, keys: AllowedKeys, *, socket: Subscription | Publisher | None = None) -> None: ...
+    def revoke(self, keys: AllowedKeys, *, socket: Subscription | Publisher | None = None) -> None: ...
+    def allow_address(self, addresses: str | Iterable[str]) -> None: ...
+    def deny_address(self, addresses: str | Iterable[str]) -> None: ...
+    def forget_address(self, addresses: str | Iterable[str]) -> None: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def running(self) -> bool: ...
+
+class Certificate:
+    """A CURVE certificate: public key, optional secret key, metadata."""
+    __slots__ = ("public", "_secret", "metadata")
+    public: str
+    metadata: dict[str, str]
+    def __init__(self, public: CurveKey, secret: CurveKey | None = None,
+                 metadata: Mapping[str, str] | None = None) -> None: ...
+    @property
+    def secret(self) -> str | None: ...
+    @property
+    def pair(self) -> tuple[str, str]: ...
+    def save(self, directory: str | os.PathLike[str], name: str) -> tuple[str, str | None]: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+def create_certificates(directory: str | os.PathLike[str], name: str,
+                        metadata: Mapping[str, str] | None = None) -> tuple[str, str]: ...
+def load_certificate(path: str | os.PathLike[str]) -> Certificate: ...
+def load_certificates(directory: str | os.PathLike[str]) -> list[Certificate]: ...
+
+# Seconds between two log records of one refusal cause of an Authenticator.
+AUTH_LOG_INTERVAL: float
 
 DEFAULT_BATCH: int
 # Most topic prefixes of a SUB subscription when subscribe(max_topics=None).

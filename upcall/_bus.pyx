@@ -182,6 +182,7 @@ include "_curve.pxi"
 include "_sockopts.pxi"
 include "_targets.pxi"
 include "_decoders.pxi"
+include "_auth.pxi"
 include "_options.pxi"
 include "_synthetic.pxi"
 include "_aiter.pxi"
@@ -406,6 +407,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
     cdef int _fork_generation
     cdef long _pid
+    cdef object _auth             # its Authenticator once authentication is on (_auth.pxi)
     cdef object __weakref__
 
     def __cinit__(self):
@@ -448,9 +450,18 @@ A zmq context and every subscription and publisher opened on it.
         # without waiting: the context ends in the background.  In a forked
         # child the C state is the parent's: left alone.
         if self._c != NULL and not _inherited(self._fork_generation):
+            if self._auth is not None:
+                (<Authenticator>self._auth)._stop()
             with nogil:
                 uc_bus_free(self._c)
         self._c = NULL
+
+    def authenticator(self):
+        """The bus's :class:`Authenticator` (its ZAP handler), started by the
+        first call: from then on every CURVE server socket of the bus admits
+        only the client keys it allows (docs/security.md)."""
+        self._check_process()
+        return _start_authenticator(self)
 
     def __repr__(self):
         if _inherited(self._fork_generation):
@@ -635,6 +646,10 @@ A zmq context and every subscription and publisher opened on it.
         mms = -1 if opts.max_message_size is None else opts.max_message_size
         curve = _curve_keys(ep_list, opts.curve_server, opts.curve_serverkey, opts.curve_client)
         sockopts = _socket_options(opts.socket_options)
+        if opts.with_sender and target_kind != TARGET_CALLABLE:
+            raise ValueError("with_sender=True delivers target(msg, sender): it needs a "
+                             "callable target (not a Handler)")
+        zap = _auth_domain(self, opts, curve)
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
@@ -667,7 +682,11 @@ A zmq context and every subscription and publisher opened on it.
         o.rcvhwm = -1 if opts.rcvhwm is None else opts.rcvhwm
         o.max_message_size = mms
         o.plain_ext = 0 if opts.extensions else 1
+        o.with_sender = 1 if opts.with_sender else 0
+        sub._with_sender = opts.with_sender
         _fill_curve(&o.curve, curve)
+        if zap is not None:
+            o.curve.zap_domain = <const char *>(<bytes>zap[2])
         o.deliver = _deliver
         o.ctx = &sub._st
         sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
@@ -735,6 +754,7 @@ A zmq context and every subscription and publisher opened on it.
                                   ep_list[failed], opts.bind)
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
         self._subs.add(sub)
+        _auth_register(zap, sub)
         return sub
 
     @cython.binding(True)               # a signature of its own, from the option rows
@@ -811,6 +831,9 @@ A zmq context and every subscription and publisher opened on it.
         o.sndhwm = -1 if opts.sndhwm is None else opts.sndhwm
         o.linger_ms = _timeout_ms(opts.linger, "linger")
         _fill_curve(&o.curve, curve)
+        zap = _auth_domain(self, opts, curve)
+        if zap is not None:
+            o.curve.zap_domain = <const char *>(<bytes>zap[2])
         cdef Publisher pub = Publisher.__new__(Publisher, _MADE_HERE)
         pub._bus = self
         pub.endpoint = endpoint
@@ -847,6 +870,7 @@ A zmq context and every subscription and publisher opened on it.
             self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, opts.bind)
         sink.label = f"publisher {pub.last_endpoint}"
         self._pubs.add(pub)
+        _auth_register(zap, pub)
         return pub
 
     cdef _forget(self, obj):
@@ -921,6 +945,9 @@ A zmq context and every subscription and publisher opened on it.
                 errors.append(exc)
         for pub in list(self._pubs):
             pub._close_lingering_at_most(_ms_left(deadline))
+        if self._auth is not None:
+            # Its socket holds the context: the handler goes with the sockets.
+            (<Authenticator>self._auth)._stop()
         if errors:
             # The stuck loops end the context when they let go of it.
             with nogil:

@@ -46,7 +46,9 @@ cdef bytes _z85_key(object key, str name):
         for pos in range(start, start + 5):
             digit = _Z85_INDEX.get(text[pos])
             if digit is None:
-                raise ValueError(f"{name} is not a Z85 key: {text[pos]!r} at position "
+                # A secret key's characters are not shown, not even a bad one.
+                shown = "the character" if "secret" in name else repr(text[pos])
+                raise ValueError(f"{name} is not a Z85 key: {shown} at position "
                                  f"{pos} is not a Z85 character")
             value = value * 85 + digit
         if value > 0xFFFFFFFF:
@@ -58,6 +60,8 @@ cdef bytes _z85_key(object key, str name):
 cdef tuple _z85_pair(object pair, str name):
     """(public, secret) as bytes; checks that the public key is the secret's."""
     cdef char derived[41]
+    if isinstance(pair, Certificate):
+        pair = pair.pair
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise TypeError(f"{name} must be a (public, secret) pair of Z85 keys as made "
                         f"by upcall.curve_keypair(), not {type(pair).__name__}"

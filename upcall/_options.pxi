@@ -171,6 +171,12 @@ _SUBSCRIBE_OPTIONS = (
             "on_event(upcall.ConnectionEvent) for each connection event"),
     _Option("extensions", True, _strict_bool("extensions"), _AS,
             "read ext 126/127 as upcall's wire extensions (False: plain ExtType values)"),
+    _Option("allow", None, _allow_check, _A,
+            "CURVE client public keys this CURVE server admits (with the bus's)"),
+    _Option("authenticate", False, _strict_bool("authenticate"), _A,
+            "ask the bus's authenticator about every peer (address lists, plain too)"),
+    _Option("with_sender", False, _strict_bool("with_sender"), 0,
+            "deliver the sender's authenticated identity too: (msg, sender)"),
 )
 
 _PUBLISHER_OPTIONS = (
@@ -197,6 +203,10 @@ _PUBLISHER_OPTIONS = (
             "coalesce: seconds a batch may wait"),
     _Option("max_batch", DEFAULT_MAX_BATCH, _max_batch_check, 0, "messages per batch"),
     _Option("max_bytes", DEFAULT_MAX_BYTES, _max_bytes_check, 0, "payload bytes per batch"),
+    _Option("allow", None, _allow_check, 0,
+            "CURVE client public keys this CURVE server admits (with the bus's)"),
+    _Option("authenticate", False, _strict_bool("authenticate"), 0,
+            "ask the bus's authenticator about every peer (address lists, plain too)"),
     _Option("on_event", None, _callable_or_none("on_event"), 0,
             "on_event(upcall.ConnectionEvent) for each connection event"),
 )

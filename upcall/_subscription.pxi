@@ -142,6 +142,7 @@ cdef class Subscription:
     cdef object _pending          # caller mode: a BaseException to re-raise from poll
     cdef Decoder _decoder
     cdef bint _with_topic
+    cdef bint _with_sender    # with_sender: target(msg, sender) / target(topic, msg, sender)
     cdef bytes _split_topic   # with_topic: the topic of a split message that ended a batch (_msg_topic)
     cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
     cdef uint64_t _max_message_size   # max_message_size, if _max_size_given (_oob_size_limit)

@@ -220,6 +220,7 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     cdef object target = sub._target
     cdef object obj = None
     cdef bint with_topic = sub._with_topic
+    cdef bint with_sender = sub._with_sender
     cdef bytes topic = sub._split_topic
     cdef const uc_frame *topic_wire = NULL
     cdef Handler handler = None
@@ -248,6 +249,12 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
                         handler.on_topic_message(topic, obj)
                     else:
                         handler.on_message(obj)
+                elif with_sender:
+                    if with_topic:
+                        topic = _msg_topic(m, &topic_wire, topic)
+                        target(topic, obj, _msg_sender(m))
+                    else:
+                        target(obj, _msg_sender(m))
                 elif with_topic:
                     topic = _msg_topic(m, &topic_wire, topic)
                     target(topic, obj)
@@ -289,6 +296,14 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
         sub._split_topic = topic if topic_wire != NULL else None
     done[0] = i
     return verdict
+
+
+cdef inline object _msg_sender(const uc_msg *m):
+    """with_sender: the authenticated identity of m's connection (a CURVE
+    client's Z85 public key), None for a peer with none."""
+    if m.user_id == NULL or m.user_id[0] == 0:
+        return None
+    return m.user_id.decode("ascii", "replace")
 
 
 cdef inline bytes _msg_topic(const uc_msg *m, const uc_frame **last_wire, bytes last):

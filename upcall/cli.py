@@ -448,6 +448,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option(pp, PublisherOptions, "curve_serverkey", metavar="K")
     pp.set_defaults(run=_publish)
 
+    kp = commands.add_parser(
+        "keygen", formatter_class=fmt,
+        help="write a CURVE key pair as certificate files",
+        description="Write a new CURVE key pair as NAME.key (the public certificate,\n"
+                    "to give to peers) and NAME.key_secret (readable by the owner\n"
+                    "only), in the format of CZMQ's zcert and pyzmq's zmq.auth.\n"
+                    "Prints the two paths and the public key; never the secret key.")
+    kp.add_argument("name", metavar="NAME", help="the files' name, without a directory")
+    kp.add_argument("--dir", "-d", default=".", metavar="D",
+                    help="the directory to write them in (default: the current one)")
+    kp.add_argument("--force", action="store_true",
+                    help="replace files of that name (default: refuse, status 1)")
+    kp.set_defaults(run=_keygen)
+
     bp = commands.add_parser(
         "bench", add_help=False, formatter_class=fmt,
         help="where the benchmark lives (the source repository: make bench)",
@@ -459,6 +473,28 @@ def build_parser() -> argparse.ArgumentParser:
     bp.set_defaults(run=_bench, parser=bp)
     parser.set_defaults(publish_parser=pp)
     return parser
+
+
+def _keygen(opts: argparse.Namespace) -> int:
+    name = opts.name
+    if not name or "/" in name or os.sep in name or name in (".", ".."):
+        raise Failure(f"NAME must be a file name without a directory, not {name!r}",
+                      EXIT_USAGE)
+    if not os.path.isdir(opts.dir):
+        raise Failure(f"--dir {opts.dir!r} is not a directory", EXIT_FAILED)
+    paths = [os.path.join(opts.dir, name + ext) for ext in (".key", ".key_secret")]
+    existing = [p for p in paths if os.path.exists(p)]
+    if existing and not opts.force:
+        raise Failure(f"{existing[0]} exists (--force replaces it)", EXIT_FAILED)
+    try:
+        public_path, secret_path = upcall.create_certificates(opts.dir, name)
+    except OSError as exc:
+        raise Failure(f"cannot write the certificates: {exc}", EXIT_FAILED) from None
+    cert = upcall.load_certificate(public_path)
+    print(f"public key {cert.public}")
+    print(f"public certificate {public_path}")
+    print(f"secret certificate {secret_path} (mode 0600)")
+    return EXIT_OK
 
 
 #: Options whose value is a Z85 key.

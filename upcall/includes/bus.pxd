@@ -32,6 +32,7 @@ cdef extern from "bus.h" nogil:
         const uc_frame *wire    # coalesced: the zmq payload it was split from, else NULL
         int fault               # coalesced: != 0, the report of a payload broken at fault_offset
         size_t fault_offset
+        const char *user_id     # with_sender: the peer's ZAP User-Id (NULL: none)
 
     ctypedef int (*uc_start_fn)(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg) noexcept nogil
     int uc_start_pthread(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg)
@@ -51,6 +52,7 @@ cdef extern from "bus.h" nogil:
         const char *publickey
         const char *secretkey
         int server
+        const char *zap_domain
 
     ctypedef struct uc_sockopt:
         int option
@@ -110,6 +112,7 @@ cdef extern from "bus.h" nogil:
         const uc_sockopt *sockopts
         size_t n_sockopts
         int plain_ext
+        int with_sender
         uc_event_fn on_event
         void *event_ctx
 

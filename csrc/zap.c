@@ -1,0 +1,460 @@
+/* The ZAP handler of a bus (zap.h): a REP socket on inproc://zeromq.zap.01
+ * answered on a thread of its own, with the policy under a mutex. */
+#define _GNU_SOURCE
+#include "zap.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "bus_impl.h"
+#include "util.h"
+
+#define ZAP_ENDPOINT "inproc://zeromq.zap.01"
+#define DOMAIN_PREFIX "upcall-auth-"
+#define KEY_BYTES 32
+#define Z85_KEY 40
+#define ADDRESS_MAX 64      /* an IPv6 address with a zone fits */
+/* A ZAP 1.0 request: version, request id, domain, address, routing id,
+ * mechanism, then the mechanism's credentials (one for CURVE). */
+#define REQ_FRAMES 8
+
+typedef struct key_entry {
+    uint32_t domain;
+    uint8_t key[KEY_BYTES];
+} key_entry;
+
+typedef struct addr_entry {
+    int list;
+    char address[ADDRESS_MAX];
+} addr_entry;
+
+struct uc_zap {
+    uc_bus *bus;
+    void *sock;
+    uc_bus_sock bs;
+    int bs_bound;            /* the socket holds ZAP_ENDPOINT */
+    int efd;                 /* readable: stop */
+    pthread_t thread;
+
+    pthread_mutex_t mu;      /* guards what follows */
+    key_entry *keys;
+    size_t n_keys, cap_keys;
+    addr_entry *addrs;
+    size_t n_addrs, cap_addrs;
+    size_t n_allow;          /* entries of addrs on the allow list */
+    uint32_t domains;        /* ids handed out */
+    uint64_t stats[UC_ZAP_STAT_COUNT];
+    uc_zap_log_fn log;
+    void *log_ctx;
+    int64_t window_ns;
+    int64_t window_end[UC_ZAP_STAT_COUNT];
+    uint64_t unreported[UC_ZAP_STAT_COUNT];
+};
+
+/* ---- the policy (under mu) -------------------------------------------- */
+
+static int decode_key(const char *z85, uint8_t out[KEY_BYTES])
+{
+    if (!z85 || strlen(z85) != Z85_KEY || !zmq_z85_decode(out, z85))
+        return -1;
+    return 0;
+}
+
+static key_entry *find_key(uc_zap *zap, uint32_t domain, const uint8_t *key)
+{
+    for (size_t i = 0; i < zap->n_keys; i++)
+        if (zap->keys[i].domain == domain && memcmp(zap->keys[i].key, key, KEY_BYTES) == 0)
+            return &zap->keys[i];
+    return NULL;
+}
+
+static addr_entry *find_addr(uc_zap *zap, int list, const char *address)
+{
+    for (size_t i = 0; i < zap->n_addrs; i++)
+        if (zap->addrs[i].list == list && strcmp(zap->addrs[i].address, address) == 0)
+            return &zap->addrs[i];
+    return NULL;
+}
+
+/* The socket domain named by a request's domain frame; 0 for any other. */
+static uint32_t domain_id(const char *data, size_t size)
+{
+    size_t plen = sizeof DOMAIN_PREFIX - 1;
+    if (size <= plen || size > plen + 10 || memcmp(data, DOMAIN_PREFIX, plen) != 0)
+        return 0;
+    uint64_t id = 0;
+    for (size_t i = plen; i < size; i++) {
+        if (data[i] < '0' || data[i] > '9')
+            return 0;
+        id = id * 10 + (uint64_t)(data[i] - '0');
+    }
+    return id <= UINT32_MAX ? (uint32_t)id : 0;
+}
+
+static int frame_is(zmq_msg_t *m, const char *s)
+{
+    size_t n = strlen(s);
+    return zmq_msg_size(m) == n && memcmp(zmq_msg_data(m), s, n) == 0;
+}
+
+/* The verdict on one request, with the frames as received. */
+static int decide(uc_zap *zap, zmq_msg_t *f, size_t n, const char *address)
+{
+    if (n < 6 || !frame_is(&f[0], "1.0"))
+        return UC_ZAP_MALFORMED;
+    if (find_addr(zap, UC_ZAP_DENY, address))
+        return UC_ZAP_REFUSED_IP;
+    if (zap->n_allow && !find_addr(zap, UC_ZAP_ALLOW, address))
+        return UC_ZAP_REFUSED_IP;
+    if (frame_is(&f[5], "NULL"))
+        return n == 6 ? UC_ZAP_ALLOWED : UC_ZAP_MALFORMED;
+    if (!frame_is(&f[5], "CURVE"))
+        return UC_ZAP_REFUSED_MECHANISM;
+    if (n != 7 || zmq_msg_size(&f[6]) != KEY_BYTES)
+        return UC_ZAP_MALFORMED;
+    const uint8_t *key = zmq_msg_data(&f[6]);
+    uint32_t domain = domain_id(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
+    if (find_key(zap, 0, key) || (domain && find_key(zap, domain, key)))
+        return UC_ZAP_ALLOWED;
+    return UC_ZAP_REFUSED_KEY;
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+static int send_str(void *sock, const char *s, size_t n, int more)
+{
+    int rc;
+    while ((rc = zmq_send(sock, s, n, more ? ZMQ_SNDMORE : 0)) < 0 && errno == EINTR)
+        ;
+    return rc < 0 ? -1 : 0;
+}
+
+static void reply(uc_zap *zap, zmq_msg_t *request_id, int verdict, const char *user_id)
+{
+    const char *code = verdict == UC_ZAP_ALLOWED ? "200" : verdict == UC_ZAP_MALFORMED ? "500" : "400";
+    const char *text = verdict == UC_ZAP_ALLOWED ? "OK" : "refused";
+    if (send_str(zap->sock, "1.0", 3, 1)
+        || send_str(zap->sock, zmq_msg_data(request_id), zmq_msg_size(request_id), 1)
+        || send_str(zap->sock, code, 3, 1)
+        || send_str(zap->sock, text, strlen(text), 1)
+        || send_str(zap->sock, user_id, strlen(user_id), 1))
+        return;
+    send_str(zap->sock, "", 0, 0);   /* no metadata */
+}
+
+/* One request: receive it whole (frames past REQ_FRAMES are dropped and
+ * make it malformed), answer it, count it, maybe log it. */
+static void serve(uc_zap *zap)
+{
+    zmq_msg_t f[REQ_FRAMES], extra;
+    size_t n = 0, total = 0;
+    int more = 1;
+    while (more) {
+        zmq_msg_t *m = n < REQ_FRAMES ? &f[n] : &extra;
+        zmq_msg_init(m);
+        int rc;
+        while ((rc = zmq_msg_recv(m, zap->sock, 0)) < 0 && errno == EINTR)
+            ;
+        if (rc < 0) {
+            zmq_msg_close(m);
+            break;
+        }
+        more = zmq_msg_more(m);
+        total++;
+        if (m == &extra)
+            zmq_msg_close(m);
+        else
+            n++;
+    }
+    if (more) {              /* the context is ending */
+        for (size_t i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        return;
+    }
+    char address[ADDRESS_MAX] = "";
+    if (n >= 4 && zmq_msg_size(&f[3]) < ADDRESS_MAX) {
+        memcpy(address, zmq_msg_data(&f[3]), zmq_msg_size(&f[3]));
+        address[zmq_msg_size(&f[3])] = '\0';
+    }
+    char z85[Z85_KEY + 1] = "";
+    int curve = n == 7 && frame_is(&f[5], "CURVE") && zmq_msg_size(&f[6]) == KEY_BYTES;
+    if (curve)
+        zmq_z85_encode(z85, zmq_msg_data(&f[6]), KEY_BYTES);
+
+    pthread_mutex_lock(&zap->mu);
+    int verdict = total > REQ_FRAMES ? UC_ZAP_MALFORMED : decide(zap, f, n, address);
+    zap->stats[verdict]++;
+    uc_zap_log_fn log = NULL;
+    void *log_ctx = zap->log_ctx;
+    uint64_t unreported = 0;
+    if (verdict != UC_ZAP_ALLOWED && zap->log) {
+        int64_t now = uc_mono_ns();
+        if (now >= zap->window_end[verdict]) {
+            zap->window_end[verdict] = now + zap->window_ns;
+            unreported = zap->unreported[verdict];
+            zap->unreported[verdict] = 0;
+            log = zap->log;
+        } else {
+            zap->unreported[verdict]++;
+        }
+    }
+    pthread_mutex_unlock(&zap->mu);
+
+    if (n >= 2)
+        reply(zap, &f[1], verdict, verdict == UC_ZAP_ALLOWED && curve ? z85 : "");
+    for (size_t i = 0; i < n; i++)
+        zmq_msg_close(&f[i]);
+    if (log)
+        log(log_ctx, verdict, address, z85, unreported);
+}
+
+static void *zap_main(void *arg)
+{
+    uc_zap *zap = arg;
+    pthread_setname_np(pthread_self(), "upcall-zap");
+    zmq_pollitem_t items[2] = {
+        {zap->sock, 0, ZMQ_POLLIN, 0},
+        {NULL, zap->efd, ZMQ_POLLIN, 0},
+    };
+    for (;;) {
+        int rc = zmq_poll(items, 2, -1);
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (items[1].revents)
+            break;
+        if (items[0].revents)
+            serve(zap);
+    }
+    return NULL;
+}
+
+/* ---- the owner's API ---------------------------------------------------- */
+
+static void zap_free(uc_zap *zap)
+{
+    free(zap->keys);
+    free(zap->addrs);
+    if (zap->efd >= 0)
+        close(zap->efd);
+    pthread_mutex_destroy(&zap->mu);
+    free(zap);
+}
+
+static void zap_close_socket(uc_zap *zap)
+{
+    const char *ep = ZAP_ENDPOINT;
+    uc_bus_sock_closing(zap->bus, &zap->bs, &ep, 1, 0);
+    /* zmq_close frees the inproc name later, on the reaper; an unbind at
+     * once, so that a handler started next binds it again. */
+    if (zap->bs_bound)
+        zmq_unbind(zap->sock, ZAP_ENDPOINT);
+    zmq_close(zap->sock);
+    uc_bus_release(zap->bus);
+}
+
+uc_zap *uc_zap_start(uc_bus *bus, int *err)
+{
+    int dummy, e, rc;
+    if (!err)
+        err = &dummy;
+    if (!bus) {
+        *err = UC_ERR_ARG;
+        return NULL;
+    }
+    uc_zap *zap = calloc(1, sizeof *zap);
+    if (!zap) {
+        *err = UC_ERR_NOMEM;
+        return NULL;
+    }
+    zap->bus = bus;
+    zap->efd = -1;
+    if ((e = pthread_mutex_init(&zap->mu, NULL)) != 0) {
+        free(zap);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
+    zap->window_ns = 10LL * 1000000000LL;
+    zap->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (zap->efd < 0) {
+        e = errno;
+        zap_free(zap);
+        return uc_open_failed(err, UC_ERR_SYS, e);
+    }
+    if ((rc = uc_bus_sock_open(bus)) != UC_OK) {
+        e = errno;
+        zap_free(zap);
+        return uc_open_failed(err, rc, e);
+    }
+    zap->sock = zmq_socket(uc_bus_zmq_context(bus), ZMQ_REP);
+    if (!zap->sock) {
+        e = errno;
+        const char *ep = ZAP_ENDPOINT;
+        uc_bus_sock_closing(bus, &zap->bs, &ep, 1, 0);
+        uc_bus_release(bus);
+        zap_free(zap);
+        return uc_open_failed(err, UC_ERR_ZMQ, e);
+    }
+    int zero = 0;
+    zmq_setsockopt(zap->sock, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_bind(zap->sock, ZAP_ENDPOINT) != 0) {
+        e = errno;
+        zap_close_socket(zap);
+        zap_free(zap);
+        return uc_open_failed(err, UC_ERR_ZMQ, e);
+    }
+    zap->bs_bound = 1;
+    if ((rc = uc_bus_sock_attached(bus, &zap->bs, ZAP_ENDPOINT, 1)) != UC_OK
+        || (e = uc_thread_create(&zap->thread, NULL, zap_main, zap)) != 0) {
+        int code = rc != UC_OK ? rc : UC_ERR_SYS;
+        e = rc != UC_OK ? ENOMEM : e;
+        zap_close_socket(zap);
+        zap_free(zap);
+        return uc_open_failed(err, code, e);
+    }
+    *err = UC_OK;
+    return zap;
+}
+
+void uc_zap_stop(uc_zap *zap)
+{
+    if (!zap)
+        return;
+    uc_efd_signal(zap->efd);
+    pthread_join(zap->thread, NULL);
+    zap_close_socket(zap);
+    zap_free(zap);
+}
+
+int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85)
+{
+    uint8_t key[KEY_BYTES];
+    if (!zap || decode_key(public_z85, key))
+        return UC_ERR_ARG;
+    int rc = UC_OK;
+    pthread_mutex_lock(&zap->mu);
+    if (!find_key(zap, domain, key)) {
+        if (zap->n_keys == zap->cap_keys) {
+            size_t cap = zap->cap_keys ? 2 * zap->cap_keys : 16;
+            key_entry *k = realloc(zap->keys, cap * sizeof *k);
+            if (!k)
+                rc = UC_ERR_NOMEM;
+            else {
+                zap->keys = k;
+                zap->cap_keys = cap;
+            }
+        }
+        if (rc == UC_OK) {
+            zap->keys[zap->n_keys].domain = domain;
+            memcpy(zap->keys[zap->n_keys].key, key, KEY_BYTES);
+            zap->n_keys++;
+        }
+    }
+    pthread_mutex_unlock(&zap->mu);
+    return rc;
+}
+
+int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85)
+{
+    uint8_t key[KEY_BYTES];
+    if (!zap || decode_key(public_z85, key))
+        return UC_ERR_ARG;
+    pthread_mutex_lock(&zap->mu);
+    key_entry *k = find_key(zap, domain, key);
+    if (k)
+        *k = zap->keys[--zap->n_keys];
+    pthread_mutex_unlock(&zap->mu);
+    return UC_OK;
+}
+
+int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
+{
+    if (!zap || (list != UC_ZAP_ALLOW && list != UC_ZAP_DENY) || !address
+        || !*address || strlen(address) >= ADDRESS_MAX)
+        return UC_ERR_ARG;
+    int rc = UC_OK;
+    pthread_mutex_lock(&zap->mu);
+    addr_entry *a = find_addr(zap, list, address);
+    if (add && !a) {
+        if (zap->n_addrs == zap->cap_addrs) {
+            size_t cap = zap->cap_addrs ? 2 * zap->cap_addrs : 8;
+            addr_entry *na = realloc(zap->addrs, cap * sizeof *na);
+            if (!na)
+                rc = UC_ERR_NOMEM;
+            else {
+                zap->addrs = na;
+                zap->cap_addrs = cap;
+            }
+        }
+        if (rc == UC_OK) {
+            a = &zap->addrs[zap->n_addrs++];
+            a->list = list;
+            snprintf(a->address, sizeof a->address, "%s", address);
+            if (list == UC_ZAP_ALLOW)
+                zap->n_allow++;
+        }
+    } else if (!add && a) {
+        if (list == UC_ZAP_ALLOW)
+            zap->n_allow--;
+        *a = zap->addrs[--zap->n_addrs];
+    }
+    pthread_mutex_unlock(&zap->mu);
+    return rc;
+}
+
+uint32_t uc_zap_domain_new(uc_zap *zap, char *name)
+{
+    pthread_mutex_lock(&zap->mu);
+    uint32_t id = ++zap->domains;
+    pthread_mutex_unlock(&zap->mu);
+    snprintf(name, UC_ZAP_DOMAIN_MAX, DOMAIN_PREFIX "%u", id);
+    return id;
+}
+
+void uc_zap_domain_drop(uc_zap *zap, uint32_t domain)
+{
+    if (!zap || domain == 0)
+        return;
+    pthread_mutex_lock(&zap->mu);
+    for (size_t i = 0; i < zap->n_keys;) {
+        if (zap->keys[i].domain == domain)
+            zap->keys[i] = zap->keys[--zap->n_keys];
+        else
+            i++;
+    }
+    pthread_mutex_unlock(&zap->mu);
+}
+
+void uc_zap_stats(uc_zap *zap, uint64_t out[UC_ZAP_STAT_COUNT])
+{
+    pthread_mutex_lock(&zap->mu);
+    memcpy(out, zap->stats, sizeof zap->stats);
+    pthread_mutex_unlock(&zap->mu);
+}
+
+size_t uc_zap_entries(uc_zap *zap)
+{
+    pthread_mutex_lock(&zap->mu);
+    size_t n = zap->n_keys + zap->n_addrs;
+    pthread_mutex_unlock(&zap->mu);
+    return n;
+}
+
+void uc_zap_set_log(uc_zap *zap, uc_zap_log_fn fn, void *ctx, int64_t window_ns)
+{
+    pthread_mutex_lock(&zap->mu);
+    zap->log = fn;
+    zap->log_ctx = ctx;
+    zap->window_ns = window_ns > 0 ? window_ns : 0;
+    memset(zap->window_end, 0, sizeof zap->window_end);
+    pthread_mutex_unlock(&zap->mu);
+}
