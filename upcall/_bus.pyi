@@ -197,6 +197,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     copy: bool
     max_topics: int | None
     extensions: bool
+    shared: bool
 
 class SubscribeKwargs(SubscribeAsyncKwargs, total=False):
     """The keywords of subscribe()."""

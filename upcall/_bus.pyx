@@ -173,6 +173,7 @@ include "_trampoline.pxi"
 include "_threads.pxi"
 include "_errlog.pxi"
 include "_subscription.pxi"
+include "_route.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
 include "_sockopts.pxi"
@@ -396,6 +397,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _subs             # weakref.WeakSet: its open subscriptions ...
     cdef object _pubs             # ... and publishers, which reference the bus
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
+    cdef dict _routers            # shared sockets (_route.pxi): key -> _Router
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
@@ -420,6 +422,7 @@ A zmq context and every subscription and publisher opened on it.
         self._subs = weakref.WeakSet()
         self._pubs = weakref.WeakSet()
         self._async_subs = weakref.WeakSet()
+        self._routers = {}
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
             _check_rc(err, "Bus()")
@@ -630,6 +633,12 @@ A zmq context and every subscription and publisher opened on it.
         mms = -1 if opts.max_message_size is None else opts.max_message_size
         curve = _curve_keys(ep_list, opts.curve_server, opts.curve_serverkey, opts.curve_client)
         sockopts = _socket_options(opts.socket_options)
+        cdef _RoutedSource routed = None
+        if (source is None and gil_mode == GIL_ADOPT and opts.shared and kind == "sub"
+                and not opts.bind and delivery == "thread" and opts.thread_factory is None
+                and (self._factory is None or self._factory is native_threads)):
+            routed = self._router_source(ep_list, opts, mms, curve, sockopts)
+            source = routed
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
@@ -649,6 +658,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._topics = tuple(topic_list)
         sub._max_topics = max_topics
         sub._pull = kind == "pull"
+        sub._routed = routed is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
@@ -688,7 +698,14 @@ A zmq context and every subscription and publisher opened on it.
                 frames[i].size = len(<bytes>t)
             o.topics = frames
             o.n_topics = len(topic_list)
-        if not sub._caller:
+        if routed is not None:
+            # Delivered on the router's thread, which adopts its thread
+            # state once for all its subscriptions.
+            o.on_exit = _routed_exit
+            sub._st.adopted = 1
+            sub._run_name = sub._thread_name = routed.router.thread_name
+            Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit
+        elif not sub._caller:
             o.on_exit = _loop_exit
             sub._run_name = _next_thread_name()
             if factory is None or factory is native_threads:
@@ -727,7 +744,29 @@ A zmq context and every subscription and publisher opened on it.
                                   ep_list[failed], opts.bind)
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
         self._subs.add(sub)
+        if routed is not None and routed.ticket:
+            # As a socket of its own subscribes at open: the shared socket
+            # has the prefixes when subscribe() returns.
+            sub._topic_ticket = routed.ticket
+            _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
         return sub
+
+    cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,
+                                      object curve, object sockopts):
+        """The source joining the bus's router for these endpoints and socket
+        options, opened now if there is none (or the last one has closed);
+        None when it cannot be opened."""
+        key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, repr(curve),
+               tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
+        cdef _Router router = self._routers.get(key)
+        if router is None or router.closed:
+            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts)
+            if router is None:
+                return None
+            self._routers[key] = router
+        cdef _RoutedSource src = _RoutedSource.__new__(_RoutedSource)
+        src.router = router
+        return src
 
     @cython.binding(True)               # a signature of its own, from the option rows
     def publisher(self, endpoint, *, options=None, **kwargs):
@@ -904,6 +943,9 @@ A zmq context and every subscription and publisher opened on it.
                 errors.append(exc)
         for pub in list(self._pubs):
             pub._close_lingering_at_most(_ms_left(deadline))
+        for router in list(self._routers.values()):
+            uc_route_close((<_Router>router)._r)    # none left but after a failed join
+        self._routers.clear()
         if errors:
             # The stuck loops end the context when they let go of it.
             with nogil:

@@ -169,6 +169,9 @@ _SUBSCRIBE_OPTIONS = (
             _A, "most topic prefixes the subscription may hold"),
     _Option("extensions", True, _strict_bool("extensions"), _AS,
             "read ext 126/127 as upcall's wire extensions (False: plain ExtType values)"),
+    _Option("shared", True, _strict_bool("shared"), _A,
+            "share one SUB socket and loop with the bus's other subscriptions to the same "
+            "endpoint (False: a socket of its own)"),
 )
 
 _PUBLISHER_OPTIONS = (
