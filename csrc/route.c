@@ -459,6 +459,13 @@ static int member_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
     return rc == UC_ERR_CLOSED && uc_sub_finished(s) ? UC_OK : rc;
 }
 
+static const char *member_endpoint(const uc_sub *s, size_t i)
+{
+    /* The shared socket's endpoints, as resolved. */
+    const route_member *m = (const route_member *)s;
+    return uc_sub_endpoint(m->r->carrier, i);
+}
+
 static int member_hold(uc_sub *s, const uc_frame *f, struct uc_held **out)
 {
     /* Its frames are the carrier's, held in the carrier's pool. */
@@ -474,6 +481,7 @@ static const uc_sub_ops member_ops = {
     .unsubscribe = member_unsubscribe,
     .wait_topics = member_wait_topics,
     .hold = member_hold,
+    .endpoint = member_endpoint,
     .no_wake_fd = 1,
 };
 

@@ -264,7 +264,7 @@ cdef class Subscription:
         """Every endpoint as bound or connected, in the order of ``endpoints``."""
         cdef const char *ep
         cdef Py_ssize_t i
-        if self._source is not None:
+        if self._source is not None and not self._routed:
             return (self.last_endpoint,)
         resolved = []
         for i in range(len(self.endpoints)):
