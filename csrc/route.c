@@ -609,11 +609,8 @@ static int visit(uc_route *r, const rnode *n, size_t i)
     return 0;
 }
 
-int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consumed)
+size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
 {
-    *consumed = n;
-    const uc_route *prev = route_current;
-    route_current = r;
     pthread_mutex_lock(&r->mu);
     r->epoch++;
     r->n_touched = 0;
@@ -638,10 +635,7 @@ int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consume
     }
     for (size_t k = 0; k < r->n_touched; k++)
         uc_sub_retain(&r->touched[k]->sub);
-    int closed = r->closed;
     pthread_mutex_unlock(&r->mu);
-    if (lost && r->carrier)
-        uc_sub_add_stat(r->carrier, UC_STAT_DROPPED, lost); /* out of memory */
 
     size_t total = r->n_pairs;
     if (total && grow((void **)&r->out, &r->cap_out, total, sizeof *r->out) == 0) {
@@ -656,8 +650,23 @@ int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consume
             route_member *m = r->touched[r->pairs[p].slot];
             r->out[m->offset + m->count++] = batch[r->pairs[p].msg];
         }
-        for (size_t k = 0; k < r->n_touched; k++) {
-            route_member *m = r->touched[k];
+    } else if (total) {
+        lost += total; /* out of memory: counted, and nobody is handed anything */
+        for (size_t k = 0; k < r->n_touched; k++)
+            r->touched[k]->count = 0;
+    }
+    if (lost && r->carrier)
+        uc_sub_add_stat(r->carrier, UC_STAT_DROPPED, lost);
+    return r->n_touched;
+}
+
+int uc_route_hand_out(uc_route *r)
+{
+    const uc_route *prev = route_current;
+    route_current = r;
+    for (size_t k = 0; k < r->n_touched; k++) {
+        route_member *m = r->touched[k];
+        if (m->count) {
             m->part = &r->out[m->offset];
             m->part_n = m->count;
             size_t got = 0;
@@ -673,7 +682,17 @@ int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consume
         uc_sub_unref(&r->touched[k]->sub);
     r->n_touched = 0;
     route_current = prev;
+    pthread_mutex_lock(&r->mu);
+    int closed = r->closed;
+    pthread_mutex_unlock(&r->mu);
     return closed ? UC_DELIVER_STOP : UC_DELIVER_MORE;
+}
+
+int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consumed)
+{
+    *consumed = n;
+    uc_route_group(r, batch, n);
+    return uc_route_hand_out(r);
 }
 
 void uc_route_carrier_ended(uc_route *r)

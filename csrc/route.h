@@ -45,8 +45,20 @@ uc_route *uc_route_new(int *err);
  * reference to the router until uc_route_carrier_ended. */
 int uc_route_open(uc_route *r, uc_bus *bus, const uc_sub_opts *o);
 
-/* The carrier's deliver: route the batch; takes it all. */
+/* The carrier's deliver: route the batch; takes it all.  The same as
+ * uc_route_group then uc_route_hand_out, which a caller uses when it has
+ * work of its own around the hand-out (the bridge takes the GIL once for
+ * every member's part: the grouping runs without it). */
 int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consumed);
+
+/* Match the batch against the table and group it per member, retaining
+ * each member touched: the number of them (0: nothing to hand out).  The
+ * batch must stay valid until uc_route_hand_out returns. */
+size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n);
+
+/* Hand each member touched its part, in order, and let them go; the
+ * carrier's verdict (UC_DELIVER_STOP once the router is closed). */
+int uc_route_hand_out(uc_route *r);
 
 /* The carrier's on_exit: end every member still in the table (their
  * on_exit runs here) and drop the loop's reference. */

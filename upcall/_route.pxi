@@ -7,7 +7,7 @@
 # thread for any number of per-topic targets, as NATS, zenoh and LBM users
 # expect of a subscription (an entry in a table, not a socket).  The loop
 # routes each batch in C, without the GIL, and enters Python once per
-# subscription per batch.  Each subscription keeps its own target, decoder,
+# batch for all the subscriptions it reaches.  Each subscription keeps its own target, decoder,
 # batch, on_error, stats, close() and end hook; what it shares is the socket
 # and the thread (a slow target delays the other subscriptions of its
 # router, as one thread delivering them must).  A subscription that asks for
@@ -20,6 +20,8 @@ cdef extern from "route.h" nogil:
     uc_route *uc_route_new(int *err)
     int uc_route_open(uc_route *r, uc_bus *bus, const uc_sub_opts *o)
     int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consumed)
+    size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
+    int uc_route_hand_out(uc_route *r)
     void uc_route_carrier_ended(uc_route *r)
     uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
                           int *err)
@@ -52,7 +54,13 @@ cdef int _route_deliver(void *ctx, const uc_msg *batch, size_t n,
         _name_python_thread(rs.native_name)
         PyEval_SaveThread()
         rs.adopted = 1
-    return uc_route_deliver(rs.r, batch, n, consumed)
+    consumed[0] = n
+    if uc_route_group(rs.r, batch, n) == 0:     # without the GIL
+        return uc_route_hand_out(rs.r)
+    # One GIL crossing for the whole batch, whatever the number of
+    # subscriptions it reaches: each one's trampoline finds the GIL held.
+    with gil:
+        return uc_route_hand_out(rs.r)
 
 
 cdef void _route_exit(void *ctx) noexcept nogil:
@@ -93,6 +101,13 @@ cdef class _Router:
     cdef uc_route *_r
     cdef readonly str thread_name
     cdef int _fork_generation
+    cdef Decoder _decoder         # the built-in decoder its subscriptions share
+
+    cdef Decoder shared_decoder(self, Decoder fresh, bint extensions):
+        # extensions is part of the router's key: one kind of decoder each.
+        if self._decoder is None:
+            self._decoder = fresh
+        return self._decoder
 
     def __cinit__(self):
         self._fork_generation = _fork_generation
