@@ -51,6 +51,8 @@ while len(seen) < s:
     m = x.recv()
     if m[:1] == b"\x01":
         seen.add(m[1:])
+print("subscribed", flush=True)
+sys.stdin.readline()
 topics = [b"r%05d." % i for i in range(s)]
 send = x.send
 MORE = zmq.SNDMORE
@@ -138,10 +140,13 @@ def _row(mode: str, s: int, n: int) -> dict:
         for i in range(s):
             subs.append(bus.subscribe(ep, targets[i], topics=[PREFIX % i], rcvhwm=0,
                                       shared=shared))
+    assert flooder.stdout.readline().strip() == "subscribed"
     time.sleep(0.2)              # let the threads settle before counting them
     rss1 = _rss_kb()
     threads = len(os.listdir("/proc/self/task")) - threads0
     fds = len(os.listdir("/proc/self/fd")) - fds0
+    flooder.stdin.write("go\n")
+    flooder.stdin.flush()
     assert flooder.stdout.readline().strip() == "sent"
     time.sleep(0.2)              # the last frames into the receiving pipes
     t0, c0 = time.perf_counter(), time.process_time()
