@@ -375,6 +375,12 @@ static size_t member_run(uc_sub *s, int timeout_ms, size_t max_messages)
     const uc_msg *part = m->part;
     m->part = NULL;
     m->part_n = 0;
+    /* zmq_received as a socket of its own would count it: one per zmq
+     * message, which the messages split from one coalesced payload share. */
+    uint64_t zmq_msgs = 0;
+    for (size_t i = 0; i < n; i++)
+        zmq_msgs += !part[i].wire || i == 0 || part[i - 1].wire != part[i].wire;
+    atomic_fetch_add_explicit(&s->stats[UC_STAT_ZMQ_RECEIVED], zmq_msgs, memory_order_relaxed);
     while (done < n && !uc_sub_stopping(s)) {
         size_t k = n - done < s->batch ? n - done : s->batch, taken = 0;
         atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], k, memory_order_relaxed);
