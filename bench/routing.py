@@ -115,6 +115,7 @@ def _row(mode: str, s: int, n: int) -> dict:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.SUB)
         sock.rcvhwm = 0
+        sock.sndhwm = 0          # else subscriptions past 1,000 are dropped (libzmq)
         handlers = {}
         for i in range(s):
             sock.setsockopt(zmq.SUBSCRIBE, PREFIX % i)
