@@ -6,7 +6,8 @@ XPUB in its own process, started once every prefix has reached it) floods N
 uncoalesced messages round-robin over the S topics.  The flood is queued
 whole first (SNDHWM and RCVHWM 0): the first delivery holds its target until
 the publisher has sent everything, so the figure is the receiving side's
-drain rate from a full queue, not the publisher's speed.  Rows, each in a
+drain rate from a full queue, not the publisher's speed (the publisher
+reports "sent" once its context has terminated: every message has left it).  Rows, each in a
 fresh process so that threads, descriptors and memory are its own:
 
 * ``routed``: ``bus.subscribe(ep, target_i, topics=[prefix_i])`` S times:
@@ -59,9 +60,10 @@ MORE = zmq.SNDMORE
 for k in range(n):
     send(topics[k % s], MORE)
     send(payload)
+x.close(linger=-1)
+ctx.term()                       # returns once every message has left for the receiver
 print("sent", flush=True)
 sys.stdin.read()
-x.close(linger=-1)
 """
 
 
@@ -149,7 +151,7 @@ def _row(mode: str, s: int, n: int) -> dict:
     flooder.stdin.write("go\n")
     flooder.stdin.flush()
     assert flooder.stdout.readline().strip() == "sent"
-    time.sleep(0.2)              # the last frames into the receiving pipes
+    time.sleep(0.5)              # the last frames from the kernel into the receiving pipes
     t0, c0 = time.perf_counter(), time.process_time()
     gate.set()
     while len(done) < s:
