@@ -5,6 +5,7 @@
     python bench_upcalls.py --full          # the same, PERF.md's counts: about 45 minutes
     python bench_upcalls.py --codec --bus   # some sections
     python bench_upcalls.py --contention    # the long one, only when asked
+    python bench_upcalls.py --routing       # many subscriptions on one endpoint
     python bench_upcalls.py --quick --json out.json --plot out.png   # under a minute
 
 The default profile runs fewer messages and repeats, the bus over inproc and
@@ -24,11 +25,11 @@ import platform
 import sys
 import time
 
-from bench import bus, codec, contention, large, measure, report, upcalls
+from bench import bus, codec, contention, large, measure, report, routing, upcalls
 from bench.progress import fmt_duration
 
 SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus,
-            "large": large}
+            "large": large, "routing": routing}
 DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
 #: The default profile's total wait for an idle machine, over all runs (s).
 IDLE_BUDGET = 60.0

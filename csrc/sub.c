@@ -89,6 +89,16 @@ static void sub_release(uc_sub *s)
         sub_destroy(s);
 }
 
+void uc_sub_retain(uc_sub *s)
+{
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+void uc_sub_unref(uc_sub *s)
+{
+    sub_release(s);
+}
+
 void uc_sub_discard(uc_sub *s)
 {
     s->ops->finalize(s);
@@ -238,8 +248,8 @@ uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub
     }
     /* From here on sub_destroy can undo everything (the source's part is
      * still zeroed: its destroy frees nothing). */
-    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->efd < 0) {
+    s->efd = ops->no_wake_fd ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0 && !ops->no_wake_fd) {
         e = errno;
         sub_destroy(s);
         return uc_open_failed(err, UC_ERR_SYS, e);

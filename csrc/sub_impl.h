@@ -60,6 +60,11 @@ typedef struct uc_sub_ops {
     /* uc_sub_events (bus.h): a source with a socket monitor (monitor.h).
      * NULL: no connection events (all counts 0). */
     struct uc_mon *(*monitor)(uc_sub *s);
+
+    /* 1: the subscription has no eventfd (efd -1): a source that never
+     * waits on its own (a routed subscription, route.c, is handed its
+     * batches by its router's loop), so that it costs no descriptor. */
+    int no_wake_fd;
 } uc_sub_ops;
 
 struct uc_sub {
@@ -120,6 +125,11 @@ int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken);
  * between polls; thread mode before the factory ran the loop), and holding
  * mu keeps it so.  0: the loop holds it; ask the loop (eventfd). */
 int uc_sub_source_is_ours(const uc_sub *s);
+
+/* A reference held by someone other than the owner and the loop (a
+ * router's table, route.c): the memory stays until uc_sub_unref. */
+void uc_sub_retain(uc_sub *s);
+void uc_sub_unref(uc_sub *s);
 
 /* For the source's run: has a stop been requested? */
 static inline int uc_sub_stopping(uc_sub *s)

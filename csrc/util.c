@@ -86,6 +86,9 @@ int uc_cond_init_monotonic(pthread_cond_t *cv)
  * application's code runs with (uc_thread_enter_user). */
 static _Thread_local struct {
     int made;
+    int user_depth;   /* enter_user calls not left yet: nested user code (a
+                       * router's subscriptions inside its loop's deliver)
+                       * keeps the user mask without a syscall each */
     sigset_t core, user;
 } uc_thread_masks;
 
@@ -133,13 +136,13 @@ int uc_thread_create(pthread_t *t, const pthread_attr_t *attr,
 
 void uc_thread_enter_user(void)
 {
-    if (uc_thread_masks.made)
+    if (uc_thread_masks.made && uc_thread_masks.user_depth++ == 0)
         pthread_sigmask(SIG_SETMASK, &uc_thread_masks.user, NULL);
 }
 
 void uc_thread_leave_user(void)
 {
-    if (uc_thread_masks.made)
+    if (uc_thread_masks.made && --uc_thread_masks.user_depth == 0)
         pthread_sigmask(SIG_SETMASK, &uc_thread_masks.core, NULL);
 }
 

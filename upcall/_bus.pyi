@@ -228,6 +228,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     extensions: bool
     allow: AllowedKeys | None
     authenticate: bool
+    shared: bool
 
 class SubscribeKwargs(SubscribeAsyncKwargs, total=False):
     """The keywords of subscribe()."""

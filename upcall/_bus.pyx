@@ -177,6 +177,7 @@ include "_threads.pxi"
 include "_errlog.pxi"
 include "_events.pxi"
 include "_subscription.pxi"
+include "_route.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
 include "_sockopts.pxi"
@@ -402,6 +403,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _subs             # weakref.WeakSet: its open subscriptions ...
     cdef object _pubs             # ... and publishers, which reference the bus
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
+    cdef dict _routers            # shared sockets (_route.pxi): key -> _Router
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
@@ -427,6 +429,7 @@ A zmq context and every subscription and publisher opened on it.
         self._subs = weakref.WeakSet()
         self._pubs = weakref.WeakSet()
         self._async_subs = weakref.WeakSet()
+        self._routers = {}
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
             _check_rc(err, "Bus()")
@@ -650,6 +653,21 @@ A zmq context and every subscription and publisher opened on it.
             raise ValueError("with_sender=True delivers target(msg, sender): it needs a "
                              "callable target (not a Handler)")
         zap = _auth_domain(self, opts, curve)
+        cdef _RoutedSource routed = None
+        if (source is None and gil_mode == GIL_ADOPT and opts.shared and kind == "sub"
+                and not opts.bind and delivery == "thread" and opts.thread_factory is None
+                and (self._factory is None or self._factory is native_threads)
+                # What a shared socket cannot give one subscription alone: its
+                # own peers' identities, its own admission rules, its own events.
+                and not opts.with_sender and opts.allow is None and not opts.authenticate
+                and opts.on_event is None):
+            routed = self._router_source(ep_list, opts, mms, curve, sockopts)
+            source = routed
+            if routed is not None and opts.decoder is None and not opts.raw:
+                # The built-in decoder, shared by the router's subscriptions
+                # (they decode on its one thread): one key cache (25 KB), hot
+                # for all of them, instead of a cold one each.
+                payload_decoder = routed.router.shared_decoder(payload_decoder, opts.extensions)
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
@@ -669,6 +687,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._topics = tuple(topic_list)
         sub._max_topics = max_topics
         sub._pull = kind == "pull"
+        sub._routed = routed is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
@@ -715,7 +734,14 @@ A zmq context and every subscription and publisher opened on it.
                 frames[i].size = len(<bytes>t)
             o.topics = frames
             o.n_topics = len(topic_list)
-        if not sub._caller:
+        if routed is not None:
+            # Delivered on the router's thread, which adopts its thread
+            # state once for all its subscriptions.
+            o.on_exit = _routed_exit
+            sub._st.adopted = 1
+            sub._run_name = sub._thread_name = routed.router.thread_name
+            Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit
+        elif not sub._caller:
             o.on_exit = _loop_exit
             sub._run_name = _next_thread_name()
             if factory is None or factory is native_threads:
@@ -755,7 +781,29 @@ A zmq context and every subscription and publisher opened on it.
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
         self._subs.add(sub)
         _auth_register(zap, sub)
+        if routed is not None and routed.ticket:
+            # As a socket of its own subscribes at open: the shared socket
+            # has the prefixes when subscribe() returns.
+            sub._topic_ticket = routed.ticket
+            _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
         return sub
+
+    cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,
+                                      object curve, object sockopts):
+        """The source joining the bus's router for these endpoints and socket
+        options, opened now if there is none (or the last one has closed);
+        None when it cannot be opened."""
+        key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, repr(curve),
+               tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
+        cdef _Router router = self._routers.get(key)
+        if router is None or router.closed:
+            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts)
+            if router is None:
+                return None
+            self._routers[key] = router
+        cdef _RoutedSource src = _RoutedSource.__new__(_RoutedSource)
+        src.router = router
+        return src
 
     @cython.binding(True)               # a signature of its own, from the option rows
     def publisher(self, endpoint, *, options=None, **kwargs):
@@ -948,6 +996,9 @@ A zmq context and every subscription and publisher opened on it.
         if self._auth is not None:
             # Its socket holds the context: the handler goes with the sockets.
             (<Authenticator>self._auth)._stop()
+        for router in list(self._routers.values()):
+            uc_route_close((<_Router>router)._r)    # none left but after a failed join
+        self._routers.clear()
         if errors:
             # The stuck loops end the context when they let go of it.
             with nogil:

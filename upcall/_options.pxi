@@ -177,6 +177,9 @@ _SUBSCRIBE_OPTIONS = (
             "ask the bus's authenticator about every peer (address lists, plain too)"),
     _Option("with_sender", False, _strict_bool("with_sender"), 0,
             "deliver the sender's authenticated identity too: (msg, sender)"),
+    _Option("shared", True, _strict_bool("shared"), _A,
+            "share one SUB socket and loop with the bus's other subscriptions to the same "
+            "endpoint (False: a socket of its own)"),
 )
 
 _PUBLISHER_OPTIONS = (

@@ -88,6 +88,10 @@ cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "close")
+    if sub._routed:
+        # Ended on this thread (a routed subscription has no loop of its
+        # own): its end hook and the loop's reference go here, once.
+        uc_route_member_exit(sub._c)
     return 1
 
 
@@ -95,10 +99,15 @@ cdef int _wait_step(object owner, int slice_ms, void *arg) except -1:
     cdef Subscription sub = <Subscription>owner
     cdef int rc
     with nogil:
-        rc = uc_sub_wait(sub._c, slice_ms)
+        if sub._routed:
+            rc = uc_route_member_wait(sub._c, slice_ms)
+        else:
+            rc = uc_sub_wait(sub._c, slice_ms)
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "wait")
+    if sub._routed:
+        uc_route_member_exit(sub._c)     # its end hook, if the router has not run it
     return 1
 
 
@@ -160,6 +169,7 @@ cdef class Subscription:
     cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topic_set
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
+    cdef bint _routed             # shares a socket (_route.pxi): its source is a router
     cdef _Source _source          # None: a zmq socket
     cdef int _fork_generation
     cdef long _pid
@@ -286,7 +296,7 @@ cdef class Subscription:
         """Every endpoint as bound or connected, in the order of ``endpoints``."""
         cdef const char *ep
         cdef Py_ssize_t i
-        if self._source is not None:
+        if self._source is not None and not self._routed:
             return (self.last_endpoint,)
         resolved = []
         for i in range(len(self.endpoints)):
@@ -335,7 +345,7 @@ cdef class Subscription:
         cdef uint64_t ticket = 0
         cdef int rc
         t = _topic_bytes(topic)
-        if self._pull or self._source is not None:
+        if self._pull or (self._source is not None and not self._routed):
             raise ValueError(f"{what}() is for kind='sub' subscriptions; a pull socket has no "
                              "topics: it receives every message")
         if self.closed:

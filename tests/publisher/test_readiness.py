@@ -71,8 +71,10 @@ def test_subscriptions_are_counted_as_they_come_and_go(endpoints):
     with upcall.Bus() as bus:
         pub = bus.publisher(endpoints("inproc"))
         assert count(pub) == 0
-        a = bus.subscribe(pub.endpoint, Collector(), topics=[b"a", b"b"])
-        b = bus.subscribe(pub.endpoint, Collector(), topics=[b"a"])
+        # Two subscriber sockets (shared=False: subscriptions sharing one
+        # socket hold each distinct prefix once).
+        a = bus.subscribe(pub.endpoint, Collector(), topics=[b"a", b"b"], shared=False)
+        b = bus.subscribe(pub.endpoint, Collector(), topics=[b"a"], shared=False)
         # The same prefix from two subscribers counts twice.
         assert pub.wait_subscriptions(3, timeout=DEADLINE) == 3
         b.unsubscribe(b"a")
@@ -143,7 +145,7 @@ def test_sends_go_on_while_another_thread_waits(endpoints):
         # The waiter holds no lock the sender needs: probes go out until one
         # arrives, while it still waits for a second subscription.
         wait_for(lambda: (pub.send(b"", "x"), len(col))[1] > 0, what="a message while waiting")
-        bus.subscribe(pub.endpoint, Collector())
+        bus.subscribe(pub.endpoint, Collector(), shared=False)   # a second subscriber socket
         waiter.join(DEADLINE)
         assert not waiter.is_alive()
         sub.close()
