@@ -479,6 +479,14 @@ static int member_hold(uc_sub *s, const uc_frame *f, struct uc_held **out)
     return uc_sub_hold(m->r->carrier, f, out);
 }
 
+static struct uc_mon *member_monitor(uc_sub *s)
+{
+    /* Its connection is the shared socket's: the carrier's events and peers
+     * (the carrier lives as long as the router, which its members hold). */
+    uc_sub *c = ((route_member *)s)->r->carrier;
+    return c->ops->monitor ? c->ops->monitor(c) : NULL;
+}
+
 static const uc_sub_ops member_ops = {
     .run = member_run,
     .finalize = member_finalize,
@@ -488,6 +496,7 @@ static const uc_sub_ops member_ops = {
     .wait_topics = member_wait_topics,
     .hold = member_hold,
     .endpoint = member_endpoint,
+    .monitor = member_monitor,
     .no_wake_fd = 1,
 };
 

@@ -17,7 +17,7 @@ from bench_package import BENCH_DIR, bench_module
 HARNESS = {"harness", "measure", "report", "progress", "peer", "floors", "workload", "netns",
            "coalescing", "plot"}
 #: The sections (one per bench_upcalls.py flag) and their parts.
-SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression"}
+SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "routing"}
 #: A section's parts: imported by that section only.
 PARTS = {"bus": {"publish"}, "large": {"compression"}}
 #: Programs run on their own (callgrind, profiling), importing the harness or a section.

@@ -198,7 +198,8 @@ def test_handshake_failures_logged_at_warning_with_a_rate_limit(caplog, monkeypa
             where = pub.last_endpoint
             # Plain subscribers, each refused once (libzmq does not retry
             # after a protocol error).
-            subs = [bus.subscribe(pub.last_endpoint, lambda m: None) for _ in range(5)]
+            subs = [bus.subscribe(pub.last_endpoint, lambda m: None, shared=False)
+                    for _ in range(5)]
             wait_for(lambda: pub.stats["handshake_failed_protocol"] == 5,
                      what=lambda: pub.stats)
             for sub in subs:
@@ -217,7 +218,7 @@ def test_connects_logged_at_debug(caplog):
     with caplog.at_level(logging.DEBUG, logger="upcall"):
         with upcall.Bus() as bus:
             pub = bus.publisher("tcp://127.0.0.1:*")
-            sub = bus.subscribe(pub.last_endpoint, lambda m: None)
+            sub = bus.subscribe(pub.last_endpoint, lambda m: None, shared=False)
             wait_for(lambda: sub.stats["handshakes"] == 1)
             sub.close()
     debug = [r.getMessage() for r in caplog.records
