@@ -59,7 +59,7 @@ def test_ten_thousand_subscriptions_one_socket_one_thread():
         subs.append(bus.subscribe(ep, wide, topics=[b"t000"], rcvhwm=0))
         subs.append(bus.subscribe(ep, everything, topics=[b""], rcvhwm=0))
         # One socket, one receive thread, whatever the number of subscriptions.
-        assert thread_count() == threads
+        assert thread_count() <= threads
         assert fd_count() == fds
         assert len({s.thread_name for s in subs}) == 1
         # The publisher sees the union of the prefixes: one SUB socket.
@@ -75,7 +75,7 @@ def test_ten_thousand_subscriptions_one_socket_one_thread():
         assert sorted(map(tuple, wide.items)) == sorted((i, r) for i in range(100) for r in range(2))
         assert subs[5].stats["received"] == subs[5].stats["delivered"] == 2
         assert subs[-1].stats["delivered"] == 2 * S
-        assert thread_count() == threads
+        assert thread_count() <= threads
 
 
 def test_same_prefix_counted_unsubscribe_keeps_the_other():
