@@ -58,9 +58,11 @@ def test_ten_thousand_subscriptions_one_socket_one_thread():
         everything = Inbox()      # b"" matches every topic
         subs.append(bus.subscribe(ep, wide, topics=[b"t000"], rcvhwm=0))
         subs.append(bus.subscribe(ep, everything, topics=[b""], rcvhwm=0))
-        # One socket, one receive thread, whatever the number of subscriptions.
+        # One socket, one receive thread, whatever the number of subscriptions
+        # (no more than before: in a shared test process, what earlier tests
+        # left to the collector may close meanwhile).
         assert thread_count() <= threads
-        assert fd_count() == fds
+        assert fd_count() <= fds
         assert len({s.thread_name for s in subs}) == 1
         # The publisher sees the union of the prefixes: one SUB socket.
         pub.wait_subscriptions(S + 2, timeout=DEADLINE)
