@@ -156,7 +156,11 @@ def test_leaving_with_bus_wakes_a_send_blocked_in_a_target(endpoints, mode):
     t, outcome = in_thread(scenario)
     sender = finished(t, outcome, "leaving `with Bus()`")
     assert not isinstance(sender, BaseException), sender
-    assert ["the bus was closed" in str(e) for e in sender.errors] == [True]
+    # The with block ends as soon as the pipe is full: the target's last send
+    # is either blocked by then (woken: "the bus was closed") or, on a busy
+    # machine, starts after the close ("send on a closed publisher").
+    assert [("the bus was closed" in str(e) or "send on a closed publisher" in str(e))
+            for e in sender.errors] == [True], sender.errors
 
 
 @pytest.mark.parametrize("mode", MODES)
