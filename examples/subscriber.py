@@ -44,9 +44,11 @@ def main(count):
             # Ctrl-C can come as soon as ticks flow: the feeder starts inside.
             threading.Thread(target=feed, daemon=True).start()
             bus.wait()               # until the bus is closed; Ctrl-C raises here
-            print("the bus was closed")
+            ended = "the bus was closed"
         except KeyboardInterrupt:
-            print("interrupted")
+            ended = "interrupted"
+    # Said once the bus is closed: no tick is printed after it (or into its line).
+    print(ended)
 
 
 main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
