@@ -251,7 +251,7 @@ def add_arguments(parser) -> None:
                    help="messages per publishing run (default: --bus-n's)")
     g.add_argument("--bus-idle-timeout", type=float, default=None, metavar="S",
                    help="longest wait for an idle machine before each run (default 2; full 30; "
-                        "quick 0.5)")
+                        "quick 0)")
     g.add_argument("--bus-retries", type=int, default=None, metavar="N",
                    help="redo a run disturbed by other processes up to N times (default 1; "
                         "full 3; quick 0)")
@@ -761,7 +761,7 @@ class BusBench(harness.Rig):
         quick = bool(opt("quick", False))
         full = bool(opt("full", False)) and not quick
         # Quick mode checks that everything runs: no waiting for a quiet machine.
-        stable_kw = (dict(retries=0, idle_timeout=0.5) if quick
+        stable_kw = (dict(retries=0, idle_timeout=measure.QUICK_IDLE_TIMEOUT) if quick
                      else dict(retries=3, idle_timeout=30.0) if full
                      else dict(retries=1, idle_timeout=2.0))
         # A shared machine is never idle for long: the runs may be told to

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 
-from bench.measure import interleave, summarize, wait_for_idle
+from bench.measure import QUICK_IDLE_TIMEOUT, interleave, summarize, wait_for_idle
 from bench import netns, report
 
 #: The codecs with rows of their own: every codec of the C core's table
@@ -185,7 +185,7 @@ def run(sizes: list[int], count_for, repeats: int, quick: bool) -> list[dict]:
         shaped.__enter__()
     try:
         for _, (size, link, data, impl) in interleave(variants, repeats):
-            wait_for_idle(timeout=0.5 if quick else 10)
+            wait_for_idle(timeout=QUICK_IDLE_TIMEOUT if quick else 10)
             results.setdefault((size, link, data, impl), []).append(
                 _row(impl, link, size, data, count_for(size), shaped))
     finally:

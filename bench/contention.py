@@ -170,12 +170,12 @@ def run(opts) -> list[dict]:
     payload = small_payload()
     print(f"\n## contention: main thread busy in a pure-Python loop for {seconds:g} s while "
           f"{rate:,.0f} msgs/s are offered; switch interval {switch_ms:g} ms", flush=True)
-    measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
+    measure.wait_for_idle(timeout=10.0 if not opts.quick else measure.QUICK_IDLE_TIMEOUT)
     solo = [busy_loop(min(seconds, 1.0))]
     rows = []
     with upcall.Bus() as bus:
         for b in batches:
-            measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
+            measure.wait_for_idle(timeout=10.0 if not opts.quick else measure.QUICK_IDLE_TIMEOUT)
             r = synthetic_row(bus, rate, seconds, b, payload)
             r.update(case="synthetic", variant=f"synthetic -> native thread, batch {b}",
                      target="python", thread="native", gil="adopt", batch=b, payload="map")
@@ -189,7 +189,7 @@ def run(opts) -> list[dict]:
         endpoints = Endpoints()
         with PeerProcess() as peer:
             for mode, b in modes:
-                measure.wait_for_idle(timeout=10.0 if not opts.quick else 0.5)
+                measure.wait_for_idle(timeout=10.0 if not opts.quick else measure.QUICK_IDLE_TIMEOUT)
                 r = tcp_row(peer, endpoints.new("tcp"), mode, rate, seconds, b)
                 name = mode if len(tcp_batches) == 1 or mode != "upcall bus" else f"{mode}, batch {b}"
                 r.update(case="tcp", variant=f"tcp: {name}", mode=mode, target="python",

@@ -50,7 +50,7 @@ import time
 
 import psutil
 
-from bench.measure import interleave, summarize, wait_for_idle
+from bench.measure import QUICK_IDLE_TIMEOUT, interleave, summarize, wait_for_idle
 
 IMPLS = ["upcall zero-copy", "upcall inline", "pyzmq copy=False", "pyzmq+msgpack"]
 TRANSPORTS = ["inproc", "ipc", "tcp"]
@@ -343,7 +343,7 @@ def run_threshold(opts) -> list[dict]:
     with upcall.Bus() as bus:
         variants = [(size, oob) for size in THRESHOLD_SIZES for oob in (False, True)]
         for _, (size, oob) in interleave(variants, repeats):
-            wait_for_idle(timeout=10)
+            wait_for_idle(timeout=QUICK_IDLE_TIMEOUT if opts.quick else 10)
             res.setdefault((size, oob), []).append(_threshold_row(bus, ipc_dir, size, oob, opts.quick))
     print(f"\n## Out-of-band threshold: one value of `size` bytes per message, ipc, "
           f"publisher and subscriber in one process, inline (the default) vs out of band "
@@ -419,7 +419,7 @@ def _run_transports(opts, sizes: list[int], repeats: int) -> list[dict]:
                 variants = [(t, i) for t in transports for i in impls] + [("-", "memcpy touched"),
                                                                            ("-", "memcpy fresh")]
                 for _, (transport, impl) in interleave(variants, repeats):
-                    wait_for_idle(timeout=10)
+                    wait_for_idle(timeout=QUICK_IDLE_TIMEOUT if opts.quick else 10)
                     if impl.startswith("memcpy"):
                         res = {"rate": _memcpy(size, payload, touched, impl.endswith("fresh")),
                                "rss_over_payload": float("nan")}

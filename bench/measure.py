@@ -132,6 +132,9 @@ def set_idle_budget(seconds: float | None) -> None:
 #: With no listener (a section without a progress line), a wait this long
 #: (seconds) is announced on stderr, once.
 PLAIN_WAIT_SHOWN_AFTER = 3.0
+# --quick checks that every row runs and its figures mean little: it waits
+# for no idle machine (one glance still marks a run started on a busy one).
+QUICK_IDLE_TIMEOUT = 0.0
 
 
 def idle_budget_spent() -> bool:
@@ -163,8 +166,8 @@ def wait_for_idle(max_busy: float = 0.10, window: float = 0.2,
     global idle_waited, idle_gave_up, _idle_budget
     if _idle_budget is not None:
         timeout = max(0.0, min(timeout, _idle_budget))
-        if timeout == 0.0:
-            window = min(window, 0.05)   # the budget is spent: a glance, not a wait
+    if timeout <= 0.0:
+        window = min(window, 0.05)   # no wait asked for (or the budget is spent): a glance
     t0 = time.monotonic()
     deadline = t0 + timeout
     told = False

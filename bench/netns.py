@@ -51,7 +51,10 @@ class RateLimitedLink:
     def __init__(self, rate: str = "1gbit"):
         tag = uuid.uuid4().hex[:8]
         self.rate = rate
-        self.a, self.b = f"upcall-bench-{tag}-a", f"upcall-bench-{tag}-b"
+        # The process's id first: whoever lists namespaces (the tests, run
+        # beside each other) can tell this process's links from another's.
+        self.a, self.b = (f"upcall-bench-{os.getpid()}-{tag}-a",
+                          f"upcall-bench-{os.getpid()}-{tag}-b")
         self.dev_a, self.dev_b = f"ubA{tag}", f"ubB{tag}"      # <= 15 characters
         self.addr_a, self.addr_b = "10.201.0.1", "10.201.0.2"
         self._made: list[str] = []

@@ -86,7 +86,7 @@ def add_arguments(parser) -> None:
                         "quick 1)")
     g.add_argument("--upcalls-idle-timeout", type=float, default=None, metavar="S",
                    help="longest wait for an idle machine before each run (default 2; full 10; "
-                        "quick 0.5)")
+                        "quick 0)")
 
 
 def _noop(msg):
@@ -189,7 +189,7 @@ def run(opts) -> list[dict]:
     payloads = {"nil": NIL, "map": small_payload()}
     idle = opts.upcalls_idle_timeout
     if idle is None:
-        idle = 0.5 if opts.quick else 10.0 if full else 2.0
+        idle = measure.QUICK_IDLE_TIMEOUT if opts.quick else 10.0 if full else 2.0
     vs = variants(n, default_batch)
     print(f"\n## upcalls: {n:,} upcalls per run (per-upcall Ensure: "
           f"{max(1000, n // PER_UPCALL_DIVISOR):,}), {repeats} repeat(s) interleaved,\n"

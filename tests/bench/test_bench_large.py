@@ -6,6 +6,7 @@ with its reason when memory is short, and the shaped link's namespaces are
 gone afterwards, even when a row fails.
 """
 import argparse
+import os
 import subprocess
 
 import pytest
@@ -27,11 +28,12 @@ def _opts(*argv):
 
 
 def _namespaces():
-    # The benchmark's own (bench/netns.py names them so): other tests running
-    # beside this one (pytest-xdist) make and remove namespaces of their own.
+    # This process's benchmark links (bench/netns.py names them so): other
+    # tests running beside this one (pytest-xdist workers, tests/bus's netns
+    # tests) make and remove namespaces of their own.
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     return {line.split()[0] for line in r.stdout.splitlines()
-            if line.strip().startswith("upcall-bench-")}
+            if line.strip().startswith(f"upcall-bench-{os.getpid()}-")}
 
 
 def test_bandwidth_and_compression_rows(capsys):
