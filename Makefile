@@ -80,39 +80,41 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 build: $(VENV)/.installed
 	$(MESON) compile -C $(BUILD_DIR)
 
-# The other CPythons' environments are installed (and their extensions built)
-# while this one's tests run: they need CPU, the tests mostly wait.  One
-# after the other (thread-envs): two builds at once would only compete for
-# the two cores the tests use.  `-n`:
-# pytest-xdist, workers as above; --dist loadgroup keeps a module that builds
-# its files once (tests/packaging/, tests/conftest.py) on one worker.
+# The threaded matrix runs beside the main run: most tests wait on sockets,
+# threads and child processes, so the two cores have room for both.  -j3:
+# the C tests, the main run and the matrix; `-n`: pytest-xdist, workers as
+# above; --dist loadgroup keeps a module that builds its files once
+# (tests/packaging/, tests/conftest.py) on one worker.
 test: build
-	@$(MAKE) --no-print-directory -j3 ctest test-main thread-envs
-	@$(MAKE) --no-print-directory test-threads-all
+	@$(MAKE) --no-print-directory -j3 ctest test-main test-threads-all
 
 .PHONY: test-main
 test-main: build
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Thread-state and finalization behaviour differ between CPython versions: the
-# tests marked `threads` (pyproject.toml) also run on every other CPython found
-# here.  A pytest marker and this loop rather than nox or tox: the versions
-# are the pyenv ones this Makefile already finds, each environment is made
-# once and kept while the sources do not change (nox and tox would add a tool
-# and remake or re-check their environments on every run), and a new threaded
-# test joins the matrix by its marker, not by a list kept here.  Run from
-# outside the tree: pytest-xdist puts a worker's working directory first on
-# sys.path, and the source tree's upcall/ is built for this .venv only.
-test-threads-all: $(THREAD_ENVS)
-	@for v in $(OTHER_VERSIONS); do \
-	  echo "== threaded tests on CPython $$v"; \
-	  (cd /tmp && $(CURDIR)/.venv-$$v/bin/pytest -q -p no:cacheprovider -n $(THREAD_WORKERS) \
-	    --dist loadgroup -m "$(THREADS_MARK)" $(CURDIR)/tests) || exit 1; \
-	done
-
-.PHONY: thread-envs
-thread-envs: build
-	@$(MAKE) --no-print-directory -j1 $(THREAD_ENVS)
+# tests marked `threads` (pyproject.toml says which) also run on every other
+# CPython found here.  A pytest marker and this loop rather than nox or tox:
+# the versions are the pyenv ones this Makefile already finds, each
+# environment is made once and kept while the sources do not change (nox and
+# tox would add a tool and remake or re-check their environments on every
+# run), and a new threaded test joins the matrix by its marker, not by a list
+# kept here.  The environments are built one after the other (two builds at
+# once would only compete for the cores); each version's tests start as soon
+# as its environment is there, beside the next build, and print when they
+# end.  Run from outside the tree: pytest-xdist puts a worker's working
+# directory first on sys.path, and the source tree's upcall/ is built for
+# this .venv only.
+test-threads-all:
+	@pids=""; \
+	for v in $(OTHER_VERSIONS); do \
+	  $(MAKE) --no-print-directory .venv-$$v/.installed || exit 1; \
+	  ( cd /tmp && $(CURDIR)/.venv-$$v/bin/pytest -q -p no:cacheprovider -n $(THREAD_WORKERS) \
+	      --dist loadgroup -m "$(THREADS_MARK)" $(CURDIR)/tests > $(CURDIR)/.threads-$$v.log 2>&1; \
+	    rc=$$?; echo "== threaded tests on CPython $$v"; cat $(CURDIR)/.threads-$$v.log; exit $$rc ) & \
+	  pids="$$pids $$!"; \
+	done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
 
 # One environment per other CPython, with upcall installed (not editable: the
 # source tree's extensions are built for this .venv's CPython only).

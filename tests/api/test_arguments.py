@@ -14,8 +14,6 @@ from upcall._codec import MAX_DEPTH_LIMIT
 from helpers import DEADLINE, Collector, warm_up
 from helpers import thread_count, wait_for
 
-pytestmark = pytest.mark.threads
-
 zmq = pytest.importorskip("zmq")
 
 INT64_MAX = 2**63 - 1

@@ -14,8 +14,6 @@ import upcall
 from upcall._bus import _synthetic_subscribe
 from helpers import DEADLINE, MODES, Collector, Sender, make_pump, mode_kwargs, warm_up
 
-pytestmark = pytest.mark.threads
-
 
 def endpoint_set(endpoints):
     """An inproc, an ipc and a tcp endpoint (tcp with a port picked at bind)."""

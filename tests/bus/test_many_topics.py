@@ -24,8 +24,6 @@ from helpers import DEADLINE, MODES, Collector, make_pump, mode_kwargs, wait_for
 from bus_pair import assert_same_sequence, pair
 from helpers import make_msg, warm_up
 
-pytestmark = pytest.mark.threads
-
 N = 3000                          # three times libzmq's default ZMQ_SNDHWM
 PREFIXES = [b"k%05d." % i for i in range(N)]
 NET = ["tcp", "ipc"]

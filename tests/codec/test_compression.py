@@ -18,9 +18,8 @@ from upcall import _bus
 from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
                      wait_for)
 
-pytestmark = [pytest.mark.threads,
-              pytest.mark.skipif("lz4" not in upcall.COMPRESSION,
-                                 reason="this upcall was built without liblz4")]
+pytestmark = pytest.mark.skipif("lz4" not in upcall.COMPRESSION,
+                               reason="this upcall was built without liblz4")
 
 MODES = ["native", "python", "caller", "executor"]
 THRESHOLD = 4096

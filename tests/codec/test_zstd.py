@@ -21,9 +21,8 @@ from upcall import _bus
 from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
                      wait_for)
 
-pytestmark = [pytest.mark.threads,
-              pytest.mark.skipif("zstd" not in upcall.COMPRESSION,
-                                 reason="this upcall was built without libzstd")]
+pytestmark = pytest.mark.skipif("zstd" not in upcall.COMPRESSION,
+                               reason="this upcall was built without libzstd")
 
 ZSTD = 2                      # the codec id of a zstd frame (docs/wire.md)
 MODES = ["native", "python", "caller", "executor"]

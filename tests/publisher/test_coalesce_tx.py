@@ -20,8 +20,6 @@ import zmq
 import upcall
 from helpers import DEADLINE, MODES, mode_kwargs, script_env, wait_for
 
-pytestmark = pytest.mark.threads
-
 HEADER = 7   # c9 <u32> 7f 01
 
 

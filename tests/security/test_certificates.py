@@ -19,8 +19,6 @@ zauth = pytest.importorskip("zmq.auth")
 if not zmq.has("curve"):
     pytest.skip("libzmq without CURVE support", allow_module_level=True)
 
-pytestmark = pytest.mark.threads
-
 
 def test_pyzmq_certificates_read_by_upcall(tmp_path):
     pub_path, sec_path = zauth.create_certificates(str(tmp_path), "server",

@@ -7,20 +7,14 @@ the refusal by cause, as do the upcall socket's connection events) before
 an allowed peer sends a sentinel; once that has arrived, the refused peer
 must have delivered nothing.
 """
-import gc
 import logging
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 
 import upcall
 import upcall._bus
-from helpers import DEADLINE, script_env, wait_for
+from helpers import wait_for
+from zap_helpers import SERVER, Inbox, failed_without_auth, refused_by
 
 zmq = pytest.importorskip("zmq")
 msgpack = pytest.importorskip("msgpack")
@@ -29,124 +23,6 @@ if not zmq.has("curve"):
     pytest.skip("libzmq without CURVE support", allow_module_level=True)
 
 pytestmark = pytest.mark.threads
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class ZapPeer:
-    """A zap_peer.py process and its line conversation."""
-
-    def __init__(self, *argv, cwd):
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "zap_peer.py"), *argv],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, bufsize=1, env=script_env(PYTHONUNBUFFERED="1"), cwd=cwd)
-        self.lines = queue.Queue()
-        self.events = []
-        self.stderr = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-
-    def _pump(self):
-        for line in self.proc.stdout:
-            line = line.rstrip("\n")
-            if line.startswith("event "):
-                self.events.append(line.split()[1])
-            else:
-                self.lines.put(line)
-        self.lines.put(None)
-
-    def expect(self, word):
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {word!r} from the peer; stderr: {''.join(self.stderr)}")
-            if line is None:
-                raise AssertionError(f"peer ended before {word!r}: {''.join(self.stderr)}")
-            head, _, rest = line.partition(" ")
-            if head == word:
-                return rest
-
-    def ask(self, command, reply):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self.expect(reply)
-
-    def wait_event(self, *names):
-        """Until the peer's socket monitor reported one of ``names``."""
-        wait_for(lambda: any(n in self.events for n in names),
-                 what=lambda: f"{names} in {self.events}")
-
-    def count(self):
-        n, tags = self.ask("count", "count").split()
-        return int(n), [] if tags == "-" else tags.split(",")
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.ask("quit", "bye")
-            except (AssertionError, OSError):
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@pytest.fixture
-def peers(tmp_path):
-    started = []
-
-    def start(role, endpoint, *, server=None, client=None, plain=False, source=None):
-        argv = [role, "--endpoint", endpoint]
-        if not plain:
-            # --opt=KEY: a Z85 key may start with "-", which argparse would
-            # take for an option.
-            argv += [f"--serverkey={server}"]
-            if client:
-                argv += [f"--public={client[0]}", f"--secret={client[1]}"]
-        if source:
-            argv += ["--source", source]
-        p = ZapPeer(*argv, cwd=str(tmp_path))
-        started.append(p)
-        p.expect("ready")
-        return p
-
-    yield start
-    for p in started:
-        p.close()
-
-
-class Inbox:
-    """A target recording (msg, sender) pairs (with_sender=True)."""
-
-    def __init__(self):
-        self.items = []
-        self.lock = threading.Lock()
-
-    def __call__(self, msg, sender=None):
-        with self.lock:
-            self.items.append((msg["tag"], sender))
-
-    def tags(self):
-        with self.lock:
-            return [t for t, _ in self.items]
-
-
-SERVER = upcall.curve_keypair()
-
-
-def failed_without_auth(sock):
-    stats = sock.stats
-    return stats["handshake_failed_protocol"] + stats["handshake_failed_no_detail"]
-
-
-def refused_by(auth, cause, n):
-    wait_for(lambda: auth.stats[cause] >= n, what=lambda: f"{cause} >= {n}: {auth.stats}")
-
 
 # ---- a PULL collector refusing pushers ----------------------------------
 
@@ -398,58 +274,3 @@ def test_allow_needs_a_curve_server():
         assert bus.authenticator() is auth
     with pytest.raises(ValueError, match="stopped"):
         auth.allow(SERVER[0])
-
-
-# ---- a flood of handshakes --------------------------------------------------
-
-def _rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-@pytest.mark.timeout(600)
-def test_flood_of_random_keys(tmp_path, peers):
-    """10,000 handshakes with random keys: every one refused and counted,
-    the handler's memory flat (nothing kept per refusal), and an allowed
-    client delivers throughout."""
-    good = upcall.curve_keypair()
-    inbox = Inbox()
-    batch, total = 250, 10_000
-    with upcall.Bus() as bus:
-        sub = bus.subscribe("tcp://127.0.0.1:*", inbox, kind="pull", bind=True,
-                            curve_server=SERVER, allow=[good[0]])
-        auth = bus.authenticator()
-        entries = auth.entries
-        ok = peers("push", sub.last_endpoint, server=SERVER[0], client=good)
-        flood = ZapPeer("flood", "--endpoint", sub.last_endpoint, f"--serverkey={SERVER[0]}",
-                        "--batch", str(batch), cwd=str(tmp_path))
-        try:
-            rss = {}
-            for k in range(1, total // batch + 1):
-                flood.ask("next", "opened")
-                refused_by(auth, "refused_key", k * batch)
-                if k * batch in (2000, total):
-                    # Measured once libzmq has let go of every refused
-                    # connection (on a busy machine its I/O thread lags):
-                    # only the allowed client is left.
-                    wait_for(lambda: sub.peers == 1)
-                    gc.collect()
-                    rss[k * batch] = _rss_kib()
-                if k % 10 == 0:
-                    ok.ask(f"send 1 ok{k}", "sent")
-                    wait_for(lambda: f"ok{k}" in inbox.tags())
-        finally:
-            flood.close()
-        assert auth.stats["refused_key"] == total
-        assert auth.stats["allowed"] == 1
-        assert auth.entries == entries
-        ok.ask("send 1 last", "sent")
-        wait_for(lambda: "last" in inbox.tags())
-    # Flat: 8,000 refusals after the first 2,000 grew the process by less
-    # than 6 MiB, under 800 bytes a refusal (quiet: about 0.6 MiB in all; a
-    # busy test process's own allocations moved it by up to 2.4 MiB).
-    print("flood RSS (KiB) after 2,000 and 10,000 refusals:", rss)
-    assert rss[total] - rss[2000] < 6144, rss

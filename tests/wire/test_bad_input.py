@@ -26,8 +26,6 @@ from helpers import DEADLINE, PROBE, PROBE_TOPIC, Collector, make_msg, mode_kwar
 from bus_pair import pair
 from helpers import MODES
 
-pytestmark = pytest.mark.threads
-
 MAX_MESSAGE_SIZE = 64 * 1024
 
 

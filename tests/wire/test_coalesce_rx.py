@@ -23,8 +23,6 @@ from upcall.native import Count, FieldFilter, NativeHandler
 from helpers import (DEADLINE, MODES, PROBE, STATS_KEYS, Collector, make_pump, mode_kwargs,
                      wait_for)
 
-pytestmark = pytest.mark.threads
-
 ALL_MODES = MODES + ["executor"]
 
 
