@@ -33,8 +33,9 @@ THREAD_ENV_DEPS := pyproject.toml $(wildcard meson.build meson.options csrc/meso
 # waiting on the builds of tests/packaging/ (tests marked build go first).
 TEST_WORKERS ?= 6
 THREAD_WORKERS ?= 4
-# `-m` replaces addopts' `-m`: keep soak and huge out of the threaded runs.
-THREADS_MARK := threads and not soak and not huge
+# The threaded matrix (soak, huge and portable run only when -m names them:
+# tests/conftest.py).
+THREADS_MARK := threads
 
 .PHONY: all deps build test test-threads-all test-huge bench wheel wheels test-wheels ctest sanitize fuzz fuzz-build fuzz-merge soak stress-sigint clean
 

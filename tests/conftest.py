@@ -1,6 +1,7 @@
 import contextlib
 import faulthandler
 import os
+import re
 import shutil
 import signal
 import sys
@@ -95,7 +96,21 @@ def pytest_runtest_protocol(item):
         faulthandler.cancel_dump_traceback_later()
 
 
+# Tests that run only when asked for by name in -m (`-m soak`, `make soak`):
+# hours, over 4 GiB, or the portable wheels.  Deselected here rather than by
+# an `-m` in addopts, which any `-m` of the user's own (`-m "not build"`)
+# would replace, running them all.
+ON_REQUEST = ("soak", "huge", "portable")
+
+
 def pytest_collection_modifyitems(config, items):
+    asked = config.getoption("markexpr") or ""
+    skipped = [m for m in ON_REQUEST if not re.search(r"\b%s\b" % m, asked)]
+    if skipped:
+        keep = [i for i in items if not any(i.get_closest_marker(m) for m in skipped)]
+        if len(keep) != len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+            items[:] = keep
     # The tests that build (marker build) take minutes each: first, so that
     # with pytest-xdist (make test) they start at once on their own workers
     # while the other workers share the rest, instead of starting last and
