@@ -227,3 +227,42 @@ async def _first(aiter):
     async for item in aiter:
         yield item
         return
+
+
+# ---- messages decoded on the delivery thread, in order with the others --------
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("how", ["messages", "batches"])
+def test_out_of_band_messages_keep_their_place(endpoints, loop_kind, how):
+    # A message with out-of-band frames is decoded on the delivery thread
+    # (its frames are held there), a plain one on the event loop from its
+    # bytes: mixed in one flood, each comes once, in order, whole.
+    n = 400
+    big = upcall.DEFAULT_OOB_THRESHOLD
+
+    def message(i):
+        return {"i": i, "blob": bytes([i % 256]) * big} if i % 3 == 0 else {"i": i}
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=64, batch=16)
+            pub = bus.publisher(ep, kind="push", bind=False, oob_threshold=big)
+            sender = flood(pub, ((b"t", message(i)) for i in range(n)))
+            got = []
+            if how == "batches":
+                async for batch in sub.batches():
+                    assert batch
+                    got += batch
+                    if len(got) >= n:
+                        break
+            else:
+                got = await take(sub, n)
+            sender.join(DEADLINE)
+            assert [m["i"] for m in got] == list(range(n))
+            assert all(bytes(m["blob"]) == bytes([m["i"] % 256]) * big
+                       for m in got if m["i"] % 3 == 0)
+            stats = sub.stats
+            assert stats["delivered"] == n and stats["dropped"] == 0
+            await sub.aclose()
+    run(loop_kind, main())
