@@ -3,23 +3,31 @@ waiting behind ``await publisher.send_async(topic, obj)``.  docs/asyncio.md.
 
 How a message reaches a coroutine:
 
-    delivery thread: zmq receive and batching without the GIL, then the GIL
-    once per batch to decode it into one list (a Handler with batches=True)
-      -> _Bridge.on_batch appends the list to a bounded queue and, only if
-         the consumer is waiting and no wake-up is pending yet, makes ONE
-         loop.call_soon_threadsafe
-      -> event loop: the waiting __anext__ resumes and takes messages from
-         the queue, with no further wake-up, until it is empty.
+    delivery thread, never the GIL for a plain message (a topic and a
+    payload): zmq receive and batching, then the bytes copied into the C
+    hand-over queue (upcall/_aiter.pxi), one lock per batch; if the consumer
+    waits, ONE write to an eventfd
+      -> event loop (add_reader on the eventfd): the waiting __anext__
+         resumes, takes a block of records (one lock) and decodes one
+         message per __anext__, with no further wake-up until it is empty.
 
-So the event loop is woken at most once per batch, and not at all while the
-consumer keeps up with a queue that never runs dry.
+So the event loop is woken at most once per batch, not at all while the
+consumer keeps up with a queue that never runs dry, and there is no GIL
+hand-off between the two threads.  A message that is not plain
+(out-of-band frames, a coalesced payload's fault, with_sender) is decoded
+on the delivery thread with the GIL, as for any Handler taking batches,
+and queued in its place as a list (_Bridge.on_batch).
 
-Per message the event loop pays little but the consumer: __anext__ is a C
-method returning a _Next, which gives a queued message when awaited without
-a coroutine frame (upcall/_aiter.pxi); ``sub.batches()`` hands out the
-messages of one batch as a list.  Queued messages are untracked by the
-garbage collector (the trampoline untracks what it decodes for an
-_AsyncTarget) and tracked again when handed out or discarded.
+Per message the event loop pays the decode and the consumer: __anext__ is a
+C method returning a _Next, which gives a queued message when awaited
+without a coroutine frame; ``sub.batches()`` decodes one batch into a list
+with the collector held off.  Nothing decoded waits in the queue, so the
+collector has nothing queued to walk.
+
+A plain message's decode error is found, and on_error called, on the event
+loop when the consumer reaches it; when that ends delivery the queue is
+ended there (_stop_on_loop in _aiter.pxi) and the delivery loop stops at
+its next batch.
 
 The end of the stream has one path, _Bridge.finish, whatever ended it:
 close() calls it (dropping what is queued), and the subscription's end hook
@@ -29,14 +37,16 @@ closed, a KeyboardInterrupt or SystemExit from the decoder or on_error).
 The consumer takes what was queued before the end, then gets that exception
 (once), then StopAsyncIteration.
 
-The queue holds at most ``queue_size`` messages (plus the batch being handed
-out).  When it is full:
+The queue holds at most ``queue_size`` messages (plus the block the loop
+is taking from).  When it is full:
   kind="pull"  the delivery thread waits until the batch fits (or the queue is
                empty): zmq queues behind it up to rcvhwm, then the senders'
                high-water mark pushes back on them.  Nothing is lost.
   kind="sub"   the messages that do not fit are dropped and counted in
                stats["dropped"]: a PUB socket drops for a slow subscriber
                anyway, and waiting would only move the loss into zmq.
+Either way a full queue looks every 0.2 s (with the GIL) whether the event
+loop was closed.
 
 This module imports asyncio; ``import upcall`` does not import it.  It is
 an adapter over the bus's public API: it depends on upcall._bus, never the
@@ -45,8 +55,8 @@ call, and use nothing of it but AsyncSubscription and send_when_ready).  The
 hooks it uses are there for any async adapter: Bus.subscribe(options=...),
 Subscription.set_end_hook, Publisher.try_send_packed, watch_room and
 unwatch_room.  Its hot path is C in the same extension (upcall/_aiter.pxi:
-the _Next awaitable, _AsyncTarget, whose messages the trampoline untracks),
-private to this module.
+the hand-over queue, which the trampoline fills for an _AsyncTarget without
+the GIL; the _Next awaitable), private to this module.
 """
 from __future__ import annotations
 
