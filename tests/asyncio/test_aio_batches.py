@@ -7,6 +7,7 @@ No timing thresholds: every wait is for a condition, with a generous deadline.
 """
 import asyncio
 import inspect
+import threading
 
 import pytest
 
@@ -264,5 +265,45 @@ def test_out_of_band_messages_keep_their_place(endpoints, loop_kind, how):
                        for m in got if m["i"] % 3 == 0)
             stats = sub.stats
             assert stats["delivered"] == n and stats["dropped"] == 0
+            await sub.aclose()
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_where_messages_are_decoded(endpoints, loop_kind):
+    # A plain message is decoded on the event loop's thread, when it is
+    # taken: the decoder and on_error run there, in order.  One larger than
+    # 16 KiB is decoded on the delivery thread, from its frame, and keeps
+    # its place.
+    decode = upcall.Decoder().decode
+    threads = []
+    errors = []
+
+    def decoder(payload):
+        threads.append(threading.current_thread())
+        return decode(payload)
+
+    def on_error(exc, payload):
+        errors.append((threading.current_thread(), payload))
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, decoder=decoder,
+                                      on_error=on_error)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            pub.send(b"t", 1)
+            pub.send_packed(b"t", b"\xc1")
+            pub.send(b"t", "x" * 20000)
+            pub.send(b"t", 3)
+            await until(lambda: sub.stats["received"] == 4, "all four to be received")
+            loop_thread = threading.current_thread()
+            # Only the large one was decoded so far, on the delivery thread.
+            assert len(threads) == 1 and threads[0] is not loop_thread
+            assert await take(sub, 3) == [1, "x" * 20000, 3]
+            assert errors == [(loop_thread, b"\xc1")]
+            assert threads[1:] == [loop_thread] * 3          # 1, the bad one, 3
+            st = sub.stats
+            assert st["delivered"] == 3 and st["decode_errors"] == 1 and st["dropped"] == 0
             await sub.aclose()
     run(loop_kind, main())
