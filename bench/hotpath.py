@@ -6,11 +6,13 @@ difference by the difference in N, so start-up and teardown cancel out.
 
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter|typed|typed-raw} N
-        python bench/hotpath.py zmq-map asyncio N
+        python bench/hotpath.py {zmq-map|synth-map} {asyncio|asyncio-batches} N
 
 typed: decoder=msgspec.msgpack.Decoder(Small).decode (the map as a Struct)
 and a no-op target; typed-raw: raw=True and a target calling that decoder;
-asyncio: ``async for`` over subscribe_async, built-in decoder, no-op body.
+asyncio: ``async for`` over subscribe_async, built-in decoder, no-op body;
+asyncio-batches: ``async for batch in sub.batches()``; with synth-map the
+same adapter fed by the synthetic source (no zmq: the event loop's share).
 
 PYTHONHASHSEED=0: str hashes decide how many probes a dict insert takes, so a
 random seed moves the count of the map cases by about 1%.  The zmq case also
@@ -55,35 +57,55 @@ def _target(kind):
     return _noop, {}
 
 
-def _consume_async(bus, n, kw):
-    """zmq-map with the asyncio kind: the same flood, taken with
-    ``async for`` over ``bus.subscribe_async`` on an event loop."""
+def _consume_async(bus, case, kind, n):
+    """The asyncio kinds: the flood taken with ``async for`` over
+    ``bus.subscribe_async`` (or ``sub.batches()``) on an event loop; zmq-map
+    queues it on an inproc PULL first, synth-map feeds the same adapter from
+    the synthetic source."""
     import asyncio
 
     async def consume():
-        sub = bus.subscribe_async("inproc://hotpath", kind="pull", bind=True, batch=1024,
-                                  rcvhwm=0, **kw)
-        pub = bus.publisher("inproc://hotpath", kind="push", bind=False, sndhwm=0)
         payload = small_payload()
-        for _ in range(n):
-            pub.send_packed(b"t", payload)
+        if case == "synth-map":
+            from upcall import aio
+            from upcall._bus import SubscribeOptions
+
+            def open_synthetic(bridge):
+                return _synthetic_subscribe(bus, bridge, count=n, payload=payload, batch=1024)
+            sub = aio.AsyncSubscription(bus, "synthetic", None,
+                                        SubscribeOptions(kind="pull", batch=1024),
+                                        _open=open_synthetic)
+        else:
+            sub = bus.subscribe_async("inproc://hotpath", kind="pull", bind=True, batch=1024,
+                                      rcvhwm=0)
+            pub = bus.publisher("inproc://hotpath", kind="push", bind=False, sndhwm=0)
+            for _ in range(n):
+                pub.send_packed(b"t", payload)
         i = 0
-        async for msg in sub:
-            _noop(msg)
-            i += 1
-            if i == n:
-                break
+        if kind == "asyncio-batches":
+            async for msgs in sub.batches():
+                for msg in msgs:
+                    _noop(msg)
+                i += len(msgs)
+                if i >= n:
+                    break
+        else:
+            async for msg in sub:
+                _noop(msg)
+                i += 1
+                if i == n:
+                    break
         assert sub.stats["delivered"] == n, sub.stats
         await sub.aclose()
     asyncio.run(consume())
 
 
 def main(case, kind, n):
-    if kind == "asyncio":
-        if case != "zmq-map":
-            raise SystemExit("the asyncio kind needs the zmq-map case (a real socket)")
+    if kind in ("asyncio", "asyncio-batches"):
+        if case not in ("zmq-map", "synth-map"):
+            raise SystemExit(f"the {kind} kind needs the zmq-map or synth-map case")
         with upcall.Bus() as bus:
-            return _consume_async(bus, n, {})
+            return _consume_async(bus, case, kind, n)
     target, kw = _target(kind)
     with upcall.Bus() as bus:
         if case.startswith("synth"):

@@ -50,10 +50,390 @@ cdef extern from *:
     int uc_next_install_send(PyTypeObject *t)
     object uc_pass_error()
     PySendResult PyIter_Send(object iter, object arg, PyObject **presult)
+    int PyGC_Enable()
+    int PyGC_Disable()
 
 
 # _take_now's "nothing queued".
 cdef object _NOTHING = object()
+
+
+# ---- the hand-over queue: frames from the delivery thread, without the GIL ----
+#
+# An async subscription's delivery thread never takes the GIL for a plain
+# message (a topic and a payload: no out-of-band frames, no fault, no
+# sender): it copies the message's bytes into a block of records under one
+# lock per batch, and wakes the event loop only when the loop waits for
+# messages (an eventfd the loop reads, written once per wake-up).  The loop
+# takes a whole block under the same lock and decodes one message per
+# __anext__ from it, on its own thread: no GIL hand-off between two threads
+# per batch, and no decoded message waits anywhere (the collector never
+# walks a queue of them).  Copying 77 bytes costs less than the GIL hand-off
+# it avoids; a message that is not plain (out-of-band frames, a coalesced
+# payload's fault, with_sender) is decoded on the delivery thread as before
+# and queued, in order, as an object record holding its list.
+#
+# The queue is bounded by messages (queue_size): kind="pull" waits for room
+# (the core keeps the rest of the batch), kind="sub" drops what does not fit
+# and counts it.  A wait for room, or a full queue dropping, looks every
+# 0.2 s with the GIL whether the event loop was closed.
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <pthread.h>
+    #include <stdint.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <time.h>
+    #include <unistd.h>
+
+    #define UC_HO_BLOCK_BYTES 65536   /* records per block, in bytes */
+    #define UC_HO_PLAIN_MAX 16384     /* the largest plain message (topic and payload), in bytes */
+    #define UC_HO_SPARE 4             /* empty blocks kept for reuse */
+    #define UC_HO_CHECK_NS 200000000  /* a full queue looks at the loop this often */
+
+    enum { UC_HO_MSG = 0, UC_HO_OBJ = 1, UC_HO_KIND = 0xff,
+           UC_HO_LAST = 0x100 /* the last record of a batch: sub.batches() ends its list there */ };
+    enum { UC_HO_OK = 0, UC_HO_SLOW = 1, UC_HO_ENDED = 2, UC_HO_CHECK = 3, UC_HO_FULL = 4 };
+
+    typedef struct uc_ho_rec {
+        uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST */
+        uint32_t topic_len;     /* UC_HO_MSG: the topic's bytes, then the payload's */
+        uint64_t size;          /* UC_HO_MSG: the payload's length; UC_HO_OBJ: its messages */
+        void *obj;              /* UC_HO_OBJ: a list (a reference of its own) */
+    } uc_ho_rec;
+
+    typedef struct uc_ho_block {
+        struct uc_ho_block *next;
+        size_t len, cap;        /* bytes of records, room */
+        size_t count;           /* messages in it */
+        char data[];
+    } uc_ho_block;
+
+    typedef struct uc_ho {
+        pthread_mutex_t mu;
+        pthread_cond_t room;
+        uc_ho_block *head, *tail;   /* queued blocks, oldest first */
+        uc_ho_block *spare;         /* empty blocks for reuse */
+        size_t n_spare;
+        size_t queued;              /* messages queued */
+        size_t limit;               /* queue_size */
+        int wait_for_room;          /* kind="pull" */
+        int idle;                   /* the loop waits: the next message wakes it */
+        int ended;                  /* nothing more is queued */
+        int efd;                    /* the loop's eventfd; -1 once closed */
+        struct timespec checked;    /* when a full queue last looked at the loop */
+        uint64_t accepted, dropped, wakeups;
+    } uc_ho;
+
+    static size_t uc_ho_rec_size(size_t bytes) {
+        return (sizeof(uc_ho_rec) + bytes + 7) & ~(size_t)7;
+    }
+
+    static uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd) {
+        uc_ho *h = calloc(1, sizeof *h);
+        if (!h) return NULL;
+        pthread_mutex_init(&h->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&h->room, &ca);
+        pthread_condattr_destroy(&ca);
+        h->limit = limit;
+        h->wait_for_room = wait_for_room;
+        h->efd = efd;
+        return h;
+    }
+
+    /* Plain: what the loop decodes from the bytes alone, and small enough
+     * that copying it costs less than the GIL hand-off (a larger payload is
+     * decoded on the delivery thread from its zmq frame: one copy, not two). */
+    static int uc_ho_plain(const uc_msg *m) {
+        return m->n_extra == 0 && m->fault == 0 && m->n_frames <= 2 && m->user_id == NULL
+               && m->topic.size + m->payload.size <= UC_HO_PLAIN_MAX;
+    }
+
+    /* How many messages from the first are not plain (decoded on the delivery thread). */
+    static size_t uc_ho_slow_run(const uc_msg *batch, size_t n) {
+        size_t k = 0;
+        while (k < n && !uc_ho_plain(&batch[k])) k++;
+        return k;
+    }
+
+    /* Room for `bytes` at the tail (the lock held): a block, or NULL. */
+    static uc_ho_rec *uc_ho_reserve(uc_ho *h, size_t need) {
+        uc_ho_block *b = h->tail;
+        if (b == NULL || b->cap - b->len < need) {
+            b = NULL;
+            if (h->spare && need <= h->spare->cap) {
+                b = h->spare;
+                h->spare = b->next;
+                h->n_spare--;
+            } else {
+                size_t cap = need > UC_HO_BLOCK_BYTES ? need : UC_HO_BLOCK_BYTES;
+                b = malloc(sizeof *b + cap);
+                if (!b) return NULL;
+                b->cap = cap;
+            }
+            b->next = NULL;
+            b->len = 0;
+            b->count = 0;
+            if (h->tail) h->tail->next = b; else h->head = b;
+            h->tail = b;
+        }
+        uc_ho_rec *r = (uc_ho_rec *)(b->data + b->len);
+        b->len += need;
+        return r;
+    }
+
+    static void uc_ho_wake(uc_ho *h) {    /* the lock held */
+        if (h->idle && h->efd >= 0) {
+            uint64_t one = 1;
+            h->idle = 0;
+            h->wakeups++;
+            while (write(h->efd, &one, sizeof one) < 0 && errno == EINTR) {}
+        }
+    }
+
+    static int uc_ho_due(uc_ho *h) {      /* a full queue's look at the loop is due */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ns = (int64_t)(now.tv_sec - h->checked.tv_sec) * 1000000000
+                     + (now.tv_nsec - h->checked.tv_nsec);
+        if (ns < UC_HO_CHECK_NS) return 0;
+        h->checked = now;
+        return 1;
+    }
+
+    /* Queue what it can of batch[0..n) (the delivery thread, no GIL);
+     * *took: the messages taken (queued, or dropped and counted).
+     * UC_HO_OK: all of them; UC_HO_SLOW: batch[*took] is not plain;
+     * UC_HO_ENDED: nothing more is queued; UC_HO_CHECK: look whether the
+     * event loop is still open (then call again with the rest). */
+    static int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took) {
+        size_t k = 0, i, keep;
+        int rc = UC_HO_OK;
+        *took = 0;
+        while (k < n && uc_ho_plain(&batch[k])) k++;
+        if (k < n) rc = UC_HO_SLOW;
+        if (k == 0) return rc;
+        pthread_mutex_lock(&h->mu);
+        while (!h->ended && h->wait_for_room && h->queued && h->queued + k > h->limit) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += UC_HO_CHECK_NS;
+            if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+            if (pthread_cond_timedwait(&h->room, &h->mu, &until) == ETIMEDOUT
+                    && h->queued + k > h->limit) {
+                pthread_mutex_unlock(&h->mu);
+                return UC_HO_CHECK;
+            }
+        }
+        if (h->ended) {
+            pthread_mutex_unlock(&h->mu);
+            return UC_HO_ENDED;
+        }
+        keep = k;
+        if (!h->wait_for_room && h->queued + k > h->limit) {
+            keep = h->queued < h->limit ? h->limit - h->queued : 0;
+            h->dropped += k - keep;
+            if (uc_ho_due(h)) rc = UC_HO_CHECK;
+        }
+        uc_ho_rec *last = NULL;
+        for (i = 0; i < keep; i++) {
+            const uc_msg *m = &batch[i];
+            uc_ho_rec *r = uc_ho_reserve(h, uc_ho_rec_size(m->topic.size + m->payload.size));
+            if (!r) {                 /* out of memory: dropped, counted */
+                h->dropped += keep - i;
+                break;
+            }
+            last = r;
+            r->kind = UC_HO_MSG;
+            r->topic_len = (uint32_t)m->topic.size;
+            r->size = m->payload.size;
+            r->obj = NULL;
+            if (m->topic.size) memcpy((char *)(r + 1), m->topic.data, m->topic.size);
+            if (m->payload.size)
+                memcpy((char *)(r + 1) + m->topic.size, m->payload.data, m->payload.size);
+            h->tail->count++;
+            h->queued++;
+            h->accepted++;
+        }
+        if (last) last->kind |= UC_HO_LAST;
+        uc_ho_wake(h);
+        pthread_mutex_unlock(&h->mu);
+        *took = k;
+        return rc;
+    }
+
+    /* Queue a list of n decoded messages (the delivery thread, with or
+     * without the GIL: obj is not touched).  UC_HO_OK: queued (the queue
+     * owns the reference); UC_HO_FULL: dropped (kind="sub", the queue is
+     * full: counted); UC_HO_ENDED; UC_HO_CHECK: as uc_ho_put. */
+    static int uc_ho_put_obj(uc_ho *h, void *obj, size_t n) {
+        int rc = UC_HO_OK;
+        pthread_mutex_lock(&h->mu);
+        while (!h->ended && h->wait_for_room && h->queued && h->queued + n > h->limit) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += UC_HO_CHECK_NS;
+            if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+            if (pthread_cond_timedwait(&h->room, &h->mu, &until) == ETIMEDOUT
+                    && h->queued + n > h->limit) {
+                pthread_mutex_unlock(&h->mu);
+                return UC_HO_CHECK;
+            }
+        }
+        if (h->ended) {
+            rc = UC_HO_ENDED;
+        } else if (!h->wait_for_room && h->queued >= h->limit) {
+            h->dropped += n;
+            rc = uc_ho_due(h) ? UC_HO_CHECK : UC_HO_FULL;
+        } else {
+            uc_ho_rec *r = uc_ho_reserve(h, uc_ho_rec_size(0));
+            if (!r) {
+                h->dropped += n;
+                rc = UC_HO_FULL;
+            } else {
+                r->kind = UC_HO_OBJ | UC_HO_LAST;
+                r->topic_len = 0;
+                r->size = n;
+                r->obj = obj;
+                h->tail->count += n;
+                h->queued += n;
+                h->accepted += n;
+                uc_ho_wake(h);
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+        return rc;
+    }
+
+    /* The loop: the oldest block (NULL: none queued; *ended then says
+     * whether more may come; with arm, the next message wakes the loop). */
+    static uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended) {
+        pthread_mutex_lock(&h->mu);
+        uc_ho_block *b = h->head;
+        if (b) {
+            h->head = b->next;
+            if (!h->head) h->tail = NULL;
+            b->next = NULL;
+            h->queued -= b->count;
+            if (h->wait_for_room) pthread_cond_signal(&h->room);
+        } else if (arm && !h->ended) {
+            h->idle = 1;
+        }
+        *ended = h->ended;
+        pthread_mutex_unlock(&h->mu);
+        return b;
+    }
+
+    static void uc_ho_give_back(uc_ho *h, uc_ho_block *b) {
+        if (!b) return;
+        pthread_mutex_lock(&h->mu);
+        if (h->n_spare < UC_HO_SPARE && b->cap == UC_HO_BLOCK_BYTES) {
+            b->next = h->spare;
+            h->spare = b;
+            h->n_spare++;
+            b = NULL;
+        }
+        pthread_mutex_unlock(&h->mu);
+        free(b);
+    }
+
+    /* Nothing more is queued; wake a waiting delivery thread and the loop.
+     * With discard, the queued blocks are returned (the caller drops their
+     * object records' references), *discarded their messages. */
+    static uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded) {
+        uc_ho_block *b = NULL;
+        pthread_mutex_lock(&h->mu);
+        h->ended = 1;
+        if (discard) {
+            b = h->head;
+            h->head = h->tail = NULL;
+            *discarded = h->queued;
+            h->queued = 0;
+        }
+        pthread_cond_broadcast(&h->room);
+        h->idle = 1;
+        uc_ho_wake(h);
+        pthread_mutex_unlock(&h->mu);
+        return b;
+    }
+
+    /* The eventfd is about to be closed: never written again. */
+    static void uc_ho_forget_fd(uc_ho *h) {
+        pthread_mutex_lock(&h->mu);
+        h->efd = -1;
+        pthread_mutex_unlock(&h->mu);
+    }
+
+    static void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped,
+                             uint64_t *wakeups, size_t *queued, int *ended) {
+        pthread_mutex_lock(&h->mu);
+        *ended = h->ended;
+        *accepted = h->accepted;
+        *dropped = h->dropped;
+        *wakeups = h->wakeups;
+        *queued = h->queued;
+        pthread_mutex_unlock(&h->mu);
+    }
+
+    static void uc_ho_free_blocks(uc_ho_block *b) {
+        while (b) {
+            uc_ho_block *next = b->next;
+            free(b);
+            b = next;
+        }
+    }
+
+    /* Freed with its target: no thread uses it any more (the delivery
+     * loop holds the Subscription, which holds the target). */
+    static void uc_ho_free(uc_ho *h) {
+        if (!h) return;
+        uc_ho_free_blocks(h->head);
+        uc_ho_free_blocks(h->spare);
+        pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->room);
+        free(h);
+    }
+    """
+    ctypedef struct uc_ho_rec:
+        uint32_t kind
+        uint32_t topic_len
+        uint64_t size
+        void *obj
+    ctypedef struct uc_ho_block:
+        uc_ho_block *next
+        size_t len
+        size_t count
+        char *data
+    ctypedef struct uc_ho:
+        pass
+    enum:
+        UC_HO_MSG
+        UC_HO_OBJ
+        UC_HO_KIND
+        UC_HO_LAST
+        UC_HO_OK
+        UC_HO_SLOW
+        UC_HO_ENDED
+        UC_HO_CHECK
+        UC_HO_FULL
+    size_t uc_ho_rec_size(size_t bytes) nogil
+    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd) nogil
+    int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took) nogil
+    int uc_ho_put_obj(uc_ho *h, void *obj, size_t n) nogil
+    uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended) nogil
+    void uc_ho_give_back(uc_ho *h, uc_ho_block *b) nogil
+    uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded) nogil
+    void uc_ho_forget_fd(uc_ho *h) nogil
+    void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
+                      size_t *queued, int *ended) nogil
+    size_t uc_ho_slow_run(const uc_msg *batch, size_t n) nogil
+    void uc_ho_free_blocks(uc_ho_block *b) nogil
+    void uc_ho_free(uc_ho *h) nogil
 
 
 # ---- the collector and the queue ----
@@ -121,10 +501,133 @@ cdef inline void _set_tracking(object o, bint track, int depth) noexcept:
 
 
 cdef class _AsyncTarget(Handler):
-    """The base of the async adapter's target (upcall/aio.py, _Bridge): the
-    trampoline untracks each message it decodes for it (_deliver_as_list),
-    so a batch being decoded is not walked by the collector either."""
-    pass
+    """The base of the async adapter's target (upcall/aio.py, _Bridge): it
+    owns the hand-over queue (``_open_queue``), which the trampoline fills
+    without the GIL (_deliver_async); what is not plain comes to on_batch
+    decoded, untracked by the collector (_deliver_as_list), and is queued
+    in order with ``_queue_list``."""
+    cdef uc_ho *ho
+    cdef public uint64_t loop_errors      # messages the loop found undecodable
+    cdef public uint64_t discarded        # messages queued, then discarded (close, the end)
+
+    def _open_queue(self, size_t limit, bint wait_for_room, int efd):
+        if self.ho != NULL:
+            raise RuntimeError("the hand-over queue is open already")
+        self.ho = uc_ho_new(limit, wait_for_room, efd)
+        if self.ho == NULL:
+            raise MemoryError()
+
+    def _queue_list(self, list msgs not None):
+        """The delivery thread, with the GIL: queue a list of decoded
+        messages (in order with the plain ones).  False: dropped (kind="sub",
+        the queue is full; counted) or the loop is closed (StopDelivery)."""
+        cdef int rc
+        cdef size_t n = <size_t>PyList_GET_SIZE(msgs)
+        while True:
+            Py_INCREF(msgs)               # the queue's reference
+            with nogil:
+                rc = uc_ho_put_obj(self.ho, <void *>msgs, n)
+            if rc == UC_HO_OK:
+                return True
+            Py_DECREF(msgs)
+            if rc == UC_HO_FULL:
+                _unpark_batch(msgs)       # back to the collector: it may live on elsewhere
+                return False
+            if rc == UC_HO_ENDED:
+                raise StopDelivery
+            # UC_HO_CHECK: a wait for room, or a full queue, looks at the loop.
+            if not self._loop_open():
+                raise StopDelivery
+            if not (<object>self).wait_for_room:
+                _unpark_batch(msgs)       # dropped: counted by uc_ho_put_obj
+                return False
+
+    def _end(self, bint discard):
+        """Nothing more is queued (and with discard, what is queued goes);
+        wakes the loop and a delivery thread waiting for room."""
+        cdef uint64_t discarded = 0
+        cdef uc_ho_block *b
+        if self.ho == NULL:
+            return
+        b = uc_ho_end(self.ho, discard, &discarded)
+        self.discarded += discarded
+        _drop_blocks(b)
+
+    def _forget_fd(self):
+        """The eventfd is closed next: never written again."""
+        if self.ho != NULL:
+            uc_ho_forget_fd(self.ho)
+
+    def _counts(self):
+        """(accepted, dropped, wakeups, queued, ended) of the queue."""
+        cdef uint64_t accepted = 0, dropped = 0, wakeups = 0
+        cdef size_t queued = 0
+        cdef int ended = 1
+        if self.ho != NULL:
+            uc_ho_counts(self.ho, &accepted, &dropped, &wakeups, &queued, &ended)
+        return accepted, dropped, wakeups, queued, bool(ended)
+
+    def __dealloc__(self):
+        cdef uint64_t discarded = 0
+        if self.ho != NULL:
+            _drop_blocks(uc_ho_end(self.ho, 1, &discarded))
+            uc_ho_free(self.ho)
+            self.ho = NULL
+
+
+cdef void _drop_blocks(uc_ho_block *b) noexcept:
+    """Free blocks taken off the queue; their lists go back to the collector."""
+    cdef uc_ho_block *next
+    cdef size_t off
+    cdef uc_ho_rec *r
+    while b != NULL:
+        next = b.next
+        off = 0
+        while off < b.len:
+            r = <uc_ho_rec *>(b.data + off)
+            if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
+                off += uc_ho_rec_size(0)
+                if r.obj != NULL:
+                    _set_tracking_all(<list>r.obj, True)
+                    Py_DECREF(<object>r.obj)
+                    r.obj = NULL
+            else:
+                off += uc_ho_rec_size(r.topic_len + r.size)
+        free(b)
+        b = next
+
+
+cdef int _deliver_async(loop_state *st, const uc_msg *batch, size_t n,
+                        size_t *consumed) noexcept nogil:
+    """An async subscription's batch, on its delivery thread without the GIL:
+    the plain messages are copied into the hand-over queue; a run of others
+    is decoded with the GIL (the trampoline, to _Bridge.on_batch)."""
+    cdef size_t took = 0
+    cdef int rc = uc_ho_put(<uc_ho *>st.ho, batch, n, &took)
+    consumed[0] = took
+    if rc == UC_HO_OK:
+        return UC_DELIVER_MORE
+    if rc == UC_HO_ENDED:
+        return UC_DELIVER_STOP
+    if rc == UC_HO_CHECK:
+        return _async_check_loop(st)
+    if took:            # the rest comes again at once, the message that is not plain first
+        return UC_DELIVER_MORE
+    return _upcall(st, batch, uc_ho_slow_run(batch, n), NULL, consumed)
+
+
+cdef int _async_check_loop(loop_state *st) noexcept nogil:
+    """A full queue, every 0.2 s: is the event loop still open?"""
+    cdef bint open_
+    if st.gil_mode == GIL_ADOPT and not st.adopted:
+        _adopt(st)
+    with gil:
+        try:
+            open_ = (<_AsyncTarget>(<Subscription>st.owner)._target)._loop_open()
+        except BaseException as exc:
+            _write_unraisable(exc, None)
+            open_ = False
+    return UC_DELIVER_MORE if open_ else UC_DELIVER_STOP
 
 
 cdef void _set_tracking_all(list batch, bint track) noexcept:
@@ -138,75 +641,259 @@ def _unpark_batch(list batch not None):
     _set_tracking_all(batch, True)
 
 
+# _take_now's "nothing queued", for the adapter too.
+_nothing = _NOTHING
+
+
 @cython.final
 cdef class _Pending:
-    """What an async subscription's consumer has taken from its queue and not
-    handed out yet: ``batch[pos:]``.  The adapter (upcall/aio.py) keeps it;
-    it refers to nothing, so the adapter stays out of reference cycles (it
-    closes itself when dropped)."""
+    """The event loop's side of the hand-over queue: the block it took and
+    decodes one message at a time (``blk`` from ``off``), and the list of an
+    object record being handed out (``batch[pos:]``).  The adapter
+    (upcall/aio.py) keeps it."""
     cdef list batch
     cdef Py_ssize_t pos
+    cdef uc_ho_block *blk
+    cdef size_t off
+    cdef _AsyncTarget target
+    cdef Subscription sub
+    cdef Decoder decoder
+    cdef bint with_topic
+    cdef bytes topic              # the last topic made (one object for a run of one topic)
+    cdef bint last                # the record taken last ended a batch (UC_HO_LAST)
 
     def __cinit__(self):
         self.batch = []
         self.pos = 0
 
-    def start(self, list batch not None, bint whole):
-        """A batch the waiting coroutine took: its first message (the rest
-        is handed out next), or with ``whole`` the batch itself."""
-        if whole:
-            _set_tracking_all(batch, True)
-            return batch
-        self.batch = batch
-        self.pos = 1
-        value = batch[0]
-        _set_tracking(value, True, 0)
-        return value
+    def bind(self, _AsyncTarget target not None, Subscription sub not None):
+        """The queue to take from and the subscription whose decoder,
+        with_topic and on_error apply."""
+        self.target = target
+        self.sub = sub
+        self.decoder = sub._decoder
+        self.with_topic = sub._with_topic
 
     def clear(self):
-        """Discard what is left (close): handed back to the collector."""
-        cdef list batch = self.batch[self.pos:]
+        """Discard what is left (close): counted as discarded."""
+        self.target.discarded += self._discard()
+
+    cdef size_t _discard(self):
+        cdef size_t n = <size_t>(PyList_GET_SIZE(self.batch) - self.pos)
+        cdef list rest = self.batch[self.pos:]
         self.batch = []
         self.pos = 0
-        _set_tracking_all(batch, True)
+        _set_tracking_all(rest, True)
+        if self.blk != NULL:
+            n += _records_left(self.blk, self.off)
+            self.blk.next = NULL
+            _drop_blocks_from(self.blk, self.off)
+            self.blk = NULL
+        return n
 
     @property
     def count(self):
         """Messages taken and not handed out yet."""
-        return PyList_GET_SIZE(self.batch) - self.pos
+        cdef size_t n = <size_t>(PyList_GET_SIZE(self.batch) - self.pos)
+        if self.blk != NULL:
+            n += _records_left(self.blk, self.off)
+        return n
+
+    def __dealloc__(self):
+        if self.blk != NULL:
+            self.blk.next = NULL
+            _drop_blocks_from(self.blk, self.off)
+            self.blk = NULL
 
 
-cdef object _take_now(_Pending p, object owner, bint whole):
-    """The next message (with ``whole``: the rest of the current batch, or
-    the next batch), or _NOTHING if none is queued.  ``owner._take()`` gives
-    the next queued batch (None: none queued; raises at the end)."""
+cdef size_t _records_left(uc_ho_block *b, size_t off) noexcept:
+    cdef size_t n = 0
+    cdef uc_ho_rec *r
+    while off < b.len:
+        r = <uc_ho_rec *>(b.data + off)
+        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
+            off += uc_ho_rec_size(0)
+            n += <size_t>r.size
+        else:
+            off += uc_ho_rec_size(r.topic_len + r.size)
+            n += 1
+    return n
+
+
+cdef void _drop_blocks_from(uc_ho_block *b, size_t off) noexcept:
+    """Drop the object records from off on (those before were taken), free b."""
+    cdef uc_ho_rec *r
+    while off < b.len:
+        r = <uc_ho_rec *>(b.data + off)
+        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
+            off += uc_ho_rec_size(0)
+            if r.obj != NULL:
+                _set_tracking_all(<list>r.obj, True)
+                Py_DECREF(<object>r.obj)
+                r.obj = NULL
+        else:
+            off += uc_ho_rec_size(r.topic_len + r.size)
+    free(b)
+
+
+cdef inline object _pending_from_list(_Pending p, bint whole):
+    """The next message of the object record's list being handed out (with
+    whole: the rest of it), or _NOTHING."""
     cdef Py_ssize_t pos = p.pos
     cdef list batch = p.batch
-    if pos < PyList_GET_SIZE(batch):
-        if whole:
-            # What `async for msg` left of its batch comes first, in order.
-            p.batch = []
-            p.pos = 0
-            batch = batch[pos:] if pos else batch
-            _set_tracking_all(batch, True)
-            return batch
-        p.pos = pos + 1
-        value = <object>PyList_GET_ITEM(batch, pos)
-        _set_tracking(value, True, 0)
-        return value
-    p.batch = []              # do not keep a consumed batch alive
-    p.pos = 0
-    got = owner._take()
-    if got is None:
+    if pos >= PyList_GET_SIZE(batch):
         return _NOTHING
     if whole:
-        _set_tracking_all(<list>got, True)
-        return got
-    p.batch = <list>got
-    p.pos = 1
-    value = <object>PyList_GET_ITEM(p.batch, 0)
+        p.batch = []
+        p.pos = 0
+        batch = batch[pos:] if pos else batch
+        _set_tracking_all(batch, True)
+        return batch
+    p.pos = pos + 1
+    value = <object>PyList_GET_ITEM(batch, pos)
     _set_tracking(value, True, 0)
     return value
+
+
+cdef object _next_record(_Pending p):
+    """Decode the next message of the block being taken (on the loop's
+    thread); an object record's list becomes the list handed out next.
+    _NOTHING: the block is used up (given back).  A message that does not
+    decode is reported (on_error) and passed over; when that ends delivery,
+    the queue is ended and _NOTHING returned."""
+    cdef uc_ho_block *b = p.blk
+    cdef uc_ho_rec *r
+    cdef const char *t
+    cdef size_t tl
+    cdef int verdict
+    while p.off < b.len:
+        r = <uc_ho_rec *>(b.data + p.off)
+        p.last = (r.kind & UC_HO_LAST) != 0
+        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
+            p.off += uc_ho_rec_size(0)
+            lst = <list>r.obj             # the record's reference, now the pending's
+            Py_DECREF(lst)
+            r.obj = NULL
+            p.batch = lst
+            p.pos = 0
+            return _NOTHING if PyList_GET_SIZE(lst) == 0 else _OBJ_LIST
+        t = <const char *>(r + 1)
+        tl = r.topic_len
+        p.off += uc_ho_rec_size(tl + r.size)
+        try:
+            obj = p.decoder.decode_wire(t + tl, <Py_ssize_t>r.size)
+        except BaseException as exc:
+            verdict = _loop_decode_error(p, exc, t, tl, <size_t>r.size)
+            if verdict == UC_DELIVER_MORE:
+                if p.last:
+                    return _NOTHING     # a batch ends here (sub.batches())
+                continue
+            _stop_on_loop(p)
+            return _NOTHING
+        if p.with_topic:
+            return (_record_topic(p, t, tl), obj)
+        return obj
+    p.blk = NULL
+    uc_ho_give_back(p.target.ho, b)
+    return _NOTHING
+
+
+# _next_record's "the object record's list is next".
+cdef object _OBJ_LIST = object()
+
+
+cdef inline bytes _record_topic(_Pending p, const char *t, size_t tl):
+    cdef bytes last = p.topic
+    if last is not None and <size_t>PyBytes_GET_SIZE(last) == tl and \
+            memcmp(PyBytes_AS_STRING(last), t, tl) == 0:
+        return last
+    last = PyBytes_FromStringAndSize(t, <Py_ssize_t>tl)
+    p.topic = last
+    return last
+
+
+cdef int _loop_decode_error(_Pending p, BaseException exc, const char *t, size_t tl,
+                            size_t size) noexcept:
+    """A message the loop could not decode: counted and reported as on a
+    delivery thread (on_error runs here, on the loop's thread)."""
+    cdef Subscription sub = p.sub
+    uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
+    p.target.loop_errors += 1
+    bad_topic = PyBytes_FromStringAndSize(t, <Py_ssize_t>tl)
+    return sub._report(_with_context(exc, bad_topic),
+                       PyBytes_FromStringAndSize(t + tl, <Py_ssize_t>size), bad_topic, True)
+
+
+cdef void _stop_on_loop(_Pending p) noexcept:
+    """on_error (or an interrupt) ended delivery while the loop decoded: the
+    iteration ends after what was handed out, with that interrupt (once);
+    what is queued is discarded; the delivery loop stops at its next batch."""
+    cdef Subscription sub = p.sub
+    exc, sub._end_exc = sub._end_exc, None
+    try:
+        p.target.finish(exc, True)
+    except BaseException as err:
+        _write_unraisable(err, p.target)
+    p.target.discarded += p._discard()
+
+
+cdef object _take_now(_Pending p, object owner, bint whole, bint arm=False):
+    """The next message (with ``whole``: the rest of the current batch, or
+    the next batch, as a list), or _NOTHING if none is queued (with ``arm``,
+    the next message queued wakes the loop).  At the end: ``owner._ended()``
+    raises what ended delivery (once), then StopAsyncIteration."""
+    cdef uc_ho_block *b
+    cdef int ended = 0
+    cdef list out
+    while True:
+        value = _pending_from_list(p, whole)
+        if value is not _NOTHING:
+            return value
+        if p.blk != NULL:
+            if whole:
+                # The rest of the batch: to its last record.  The collector
+                # is held off while the list grows (it would walk the
+                # decoded messages again at each collection of the youngest
+                # generation: callgrind, about 600 instructions per message
+                # of the workload's map); the next collection sees them once.
+                out = []
+                gc_was_on = PyGC_Disable()
+                try:
+                    while p.blk != NULL:
+                        value = _next_record(p)
+                        if value is _OBJ_LIST:
+                            out.extend(_pending_from_list(p, True))
+                        elif value is not _NOTHING:
+                            out.append(value)
+                        if p.last and out:
+                            break
+                finally:
+                    if gc_was_on:
+                        PyGC_Enable()
+                if out:
+                    return out
+                continue
+            value = _next_record(p)
+            if value is _NOTHING:
+                continue
+            if value is _OBJ_LIST:
+                continue
+            return value
+        if p.target.ho == NULL:
+            owner._ended()
+        b = uc_ho_take(p.target.ho, arm, &ended)
+        if b == NULL:
+            if ended:
+                owner._ended()
+            return _NOTHING
+        p.blk = b
+        p.off = 0
+
+
+def _take_armed(_Pending pending not None, owner, bint whole):
+    """_take_now for the waiting coroutine: with nothing queued, the next
+    message queued wakes the loop (the eventfd)."""
+    return _take_now(pending, owner, whole, True)
 
 
 @cython.final

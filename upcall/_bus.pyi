@@ -5,7 +5,7 @@ from array import array
 from typing import (Any, Callable, ClassVar, Coroutine, Generator, Iterable, Literal, Mapping, Protocol,
                     TypedDict, Union, final)
 
-from typing_extensions import Self, Unpack
+from typing_extensions import Self, Unpack, disjoint_base
 
 from upcall._codec import Decoder, UpcallError
 from upcall.aio import AsyncSubscription
@@ -396,8 +396,8 @@ def _subscribe_per_upcall(bus: Bus, endpoint: Endpoint, target: Target,
 
 @final
 class _Pending:
-    """Messages taken from the queue and not handed out yet."""
-    def start(self, batch: list[Any], whole: bool) -> Any: ...
+    """The event loop's side of the hand-over queue: the block it decodes from."""
+    def bind(self, target: _AsyncTarget, sub: Subscription) -> None: ...
     def clear(self) -> None: ...
     @property
     def count(self) -> int: ...
@@ -426,6 +426,18 @@ class _AsyncBatches:
 
 def _anext_message(pending: _Pending, owner: Any) -> _Next: ...
 def _unpark_batch(batch: list[Any]) -> None: ...
+def _take_armed(pending: _Pending, owner: Any, whole: bool) -> Any: ...
 
+_nothing: object
+
+@disjoint_base
 class _AsyncTarget(Handler):
-    """The async adapter's target: the trampoline untracks what it decodes for it."""
+    """The async adapter's target: it owns the hand-over queue the trampoline
+    fills without the GIL."""
+    loop_errors: int
+    discarded: int
+    def _open_queue(self, limit: int, wait_for_room: bool, efd: int) -> None: ...
+    def _queue_list(self, msgs: list[Any]) -> bool: ...
+    def _end(self, discard: bool) -> None: ...
+    def _forget_fd(self) -> None: ...
+    def _counts(self) -> tuple[int, int, int, int, bool]: ...

@@ -42,6 +42,11 @@ cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
     room for the indices it selects from a batch."""
     sub._st.kind = kind
     sub._st.c = NULL
+    if kind == TARGET_HANDLER and isinstance(sub._target, _AsyncTarget) and \
+            (<_AsyncTarget>sub._target).ho != NULL and not sub._caller:
+        # The asyncio adapter's: plain messages go to its queue without the GIL.
+        sub._st.kind = TARGET_ASYNC
+        sub._st.ho = (<_AsyncTarget>sub._target).ho
     if kind == TARGET_NATIVE:
         sub._st.native = <PyObject *>sub._target
         sub._st.selected = <size_t *>malloc(batch * sizeof(size_t))

@@ -54,12 +54,14 @@ cdef struct loop_state:
     # selected[:sel_n] are its choices among them, relative to that batch.
     size_t examined
     size_t sel_n
+    void *ho                 # TARGET_ASYNC: its hand-over queue (_aiter.pxi; the target keeps it)
 
 
 cdef enum:
     TARGET_CALLABLE = 0
     TARGET_HANDLER = 1
     TARGET_NATIVE = 2
+    TARGET_ASYNC = 3         # the asyncio adapter's target: no GIL for a plain message
 
 
 cdef inline bint _python_gone() noexcept nogil:
@@ -73,6 +75,8 @@ cdef int _deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed) no
         return UC_DELIVER_STOP
     if st.kind == TARGET_NATIVE:
         return _deliver_native(st, batch, n, consumed)
+    if st.kind == TARGET_ASYNC:
+        return _deliver_async(st, batch, n, consumed)
     return _upcall(st, batch, n, NULL, consumed)
 
 

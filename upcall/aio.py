@@ -3,23 +3,31 @@ waiting behind ``await publisher.send_async(topic, obj)``.  docs/asyncio.md.
 
 How a message reaches a coroutine:
 
-    delivery thread: zmq receive and batching without the GIL, then the GIL
-    once per batch to decode it into one list (a Handler with batches=True)
-      -> _Bridge.on_batch appends the list to a bounded queue and, only if
-         the consumer is waiting and no wake-up is pending yet, makes ONE
-         loop.call_soon_threadsafe
-      -> event loop: the waiting __anext__ resumes and takes messages from
-         the queue, with no further wake-up, until it is empty.
+    delivery thread, never the GIL for a plain message (a topic and a
+    payload): zmq receive and batching, then the bytes copied into the C
+    hand-over queue (upcall/_aiter.pxi), one lock per batch; if the consumer
+    waits, ONE write to an eventfd
+      -> event loop (add_reader on the eventfd): the waiting __anext__
+         resumes, takes a block of records (one lock) and decodes one
+         message per __anext__, with no further wake-up until it is empty.
 
-So the event loop is woken at most once per batch, and not at all while the
-consumer keeps up with a queue that never runs dry.
+So the event loop is woken at most once per batch, not at all while the
+consumer keeps up with a queue that never runs dry, and there is no GIL
+hand-off between the two threads.  A message that is not plain
+(out-of-band frames, a coalesced payload's fault, with_sender) is decoded
+on the delivery thread with the GIL, as for any Handler taking batches,
+and queued in its place as a list (_Bridge.on_batch).
 
-Per message the event loop pays little but the consumer: __anext__ is a C
-method returning a _Next, which gives a queued message when awaited without
-a coroutine frame (upcall/_aiter.pxi); ``sub.batches()`` hands out the
-messages of one batch as a list.  Queued messages are untracked by the
-garbage collector (the trampoline untracks what it decodes for an
-_AsyncTarget) and tracked again when handed out or discarded.
+Per message the event loop pays the decode and the consumer: __anext__ is a
+C method returning a _Next, which gives a queued message when awaited
+without a coroutine frame; ``sub.batches()`` decodes one batch into a list
+with the collector held off.  Nothing decoded waits in the queue, so the
+collector has nothing queued to walk.
+
+A plain message's decode error is found, and on_error called, on the event
+loop when the consumer reaches it; when that ends delivery the queue is
+ended there (_stop_on_loop in _aiter.pxi) and the delivery loop stops at
+its next batch.
 
 The end of the stream has one path, _Bridge.finish, whatever ended it:
 close() calls it (dropping what is queued), and the subscription's end hook
@@ -29,14 +37,16 @@ closed, a KeyboardInterrupt or SystemExit from the decoder or on_error).
 The consumer takes what was queued before the end, then gets that exception
 (once), then StopAsyncIteration.
 
-The queue holds at most ``queue_size`` messages (plus the batch being handed
-out).  When it is full:
+The queue holds at most ``queue_size`` messages (plus the block the loop
+is taking from).  When it is full:
   kind="pull"  the delivery thread waits until the batch fits (or the queue is
                empty): zmq queues behind it up to rcvhwm, then the senders'
                high-water mark pushes back on them.  Nothing is lost.
   kind="sub"   the messages that do not fit are dropped and counted in
                stats["dropped"]: a PUB socket drops for a slow subscriber
                anyway, and waiting would only move the loss into zmq.
+Either way a full queue looks every 0.2 s (with the GIL) whether the event
+loop was closed.
 
 This module imports asyncio; ``import upcall`` does not import it.  It is
 an adapter over the bus's public API: it depends on upcall._bus, never the
@@ -45,20 +55,18 @@ call, and use nothing of it but AsyncSubscription and send_when_ready).  The
 hooks it uses are there for any async adapter: Bus.subscribe(options=...),
 Subscription.set_end_hook, Publisher.try_send_packed, watch_room and
 unwatch_room.  Its hot path is C in the same extension (upcall/_aiter.pxi:
-the _Next awaitable, _AsyncTarget, whose messages the trampoline untracks),
-private to this module.
+the hand-over queue, which the trampoline fills for an _AsyncTarget without
+the GIL; the _Next awaitable), private to this module.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
-import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
-                         _anext_message, _AsyncTarget, _Pending, _unpark_batch)
+                         _anext_message, _AsyncTarget, _nothing, _Pending, _take_armed)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -69,103 +77,92 @@ __all__ = ["AsyncSubscription", "DEFAULT_QUEUE_SIZE"]
 #: Messages an AsyncSubscription queues for its event loop when queue_size=None.
 DEFAULT_QUEUE_SIZE = 16384
 
-# A delivery thread waiting for room (kind="pull") looks this often whether
-# the event loop has been closed, which no consumer would report.
-_ROOM_CHECK_S = 0.2
-
-
 class _Bridge(_AsyncTarget):
     """The subscription's target, between its delivery thread and the event loop.
 
-    ``on_batch`` runs on the delivery thread (with the GIL, once per batch);
-    ``wake`` on the event loop's thread; ``finish`` on any thread.  ``cond``
-    guards every attribute below it.
+    The hand-over queue is C (upcall/_aiter.pxi): the delivery thread fills
+    it without the GIL and writes ``efd`` when the loop waits; ``readable``
+    runs on the event loop when it was written.  ``on_batch`` (the
+    delivery thread, with the GIL) queues what the trampoline decoded there
+    (messages that are not plain); ``finish`` runs on any thread.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue_size: int,
-                 wait_for_room: bool) -> None:
+                 wait_for_room: bool, efd: int) -> None:
         self.batches = True
         self.loop = loop
         self.queue_size = queue_size
         self.wait_for_room = wait_for_room
-        self.cond = threading.Condition(threading.Lock())
-        self.queue: collections.deque[list[Any]] = collections.deque()  # batches, oldest first
-        self.queued = 0          # messages in queue
-        self.accepted = 0        # messages ever queued
-        self.dropped = 0         # messages that did not fit (kind="sub")
-        self.wakeups = 0         # call_soon_threadsafe calls made for the consumer
+        self.efd = efd
         self.waiter: asyncio.Future[None] | None = None   # what the consumer awaits
-        self.wake_pending = False    # a wake-up is scheduled and has not run yet
-        self.ended = False           # nothing more will be queued
         self.error: BaseException | None = None   # what ended delivery, raised after the queue
+        self._open_queue(queue_size, wait_for_room, efd)
 
     def on_batch(self, msgs: list[Any]) -> None:
-        n = len(msgs)
-        with self.cond:
-            if self.wait_for_room:
-                while self.queued and self.queued + n > self.queue_size and not self.ended:
-                    self.cond.wait(_ROOM_CHECK_S)
-                    if self.loop.is_closed():
-                        self.ended = True
-            if self.ended or self.loop.is_closed():
-                # Closed, or the event loop is gone: end the delivery loop
-                # quietly (its thread and socket are released).
-                self.ended = True
-                raise StopDelivery
-            if self.queued + n > self.queue_size and not self.wait_for_room:
-                room = max(self.queue_size - self.queued, 0)
-                self.dropped += n - room
-                # Dropped: back to the collector (a foreign decoder's object
-                # may live on elsewhere), as a discarded queue.
-                _unpark_batch(msgs[room:])
-                if not room:
-                    return
-                msgs = msgs[:room]
-            # Untracked while queued (the trampoline did it for this
-            # _AsyncTarget), tracked again when handed out: upcall/_aiter.pxi.
-            self.queue.append(msgs)
-            self.queued += len(msgs)
-            self.accepted += len(msgs)
-            if self.waiter is None or self.wake_pending:
-                return
-            self.wake_pending = True
-            self.wakeups += 1
-        try:
-            self.loop.call_soon_threadsafe(self.wake)
-        except RuntimeError:        # the event loop was closed just now
-            with self.cond:
-                self.ended = True
-            raise StopDelivery from None
+        # Messages decoded on the delivery thread (out-of-band frames, a
+        # coalesced payload's fault, with_sender): queued in order with the
+        # plain ones.
+        if self.loop.is_closed():
+            self.finish()
+            raise StopDelivery
+        self._queue_list(msgs)
 
-    def wake(self) -> None:
-        with self.cond:
-            self.wake_pending = False
-            waiter, self.waiter = self.waiter, None
+    def _loop_open(self) -> bool:
+        """The delivery thread, with the GIL, every 0.2 s of a full queue:
+        False (and the end) once the event loop is closed."""
+        if self.loop.is_closed():
+            self.finish()
+            return False
+        return True
+
+    def readable(self) -> None:
+        """The eventfd was written: wake the waiting consumer."""
+        try:
+            os.read(self.efd, 8)
+        except (BlockingIOError, OSError):
+            pass
+        waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def finish(self, exc: BaseException | None = None, discard: bool = False) -> None:
         """The end of the stream, whatever ended it: queue nothing more;
         wake a delivery thread waiting for room and the consumer waiting for
-        messages.  ``exc``: the KeyboardInterrupt, SystemExit... that ended
-        delivery, raised in the consumer once it has taken what is queued.
-        ``discard`` (close): drop what is queued."""
-        with self.cond:
-            self.ended = True
-            if exc is not None and self.error is None:
-                self.error = exc
-            if discard:
-                for batch in self.queue:
-                    _unpark_batch(batch)    # back to the collector
-                self.queue.clear()
-                self.queued = 0
-            self.cond.notify_all()
-            waiting = self.waiter is not None
-        if waiting:
+        messages (the eventfd).  ``exc``: the KeyboardInterrupt, SystemExit...
+        that ended delivery, raised in the consumer once it has taken what is
+        queued.  ``discard`` (close): drop what is queued."""
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._end(discard)
+
+    def release_fd(self) -> None:
+        """Stop watching the eventfd and close it, on the loop's thread (a
+        selector's registration is not thread-safe)."""
+        efd = self.efd
+        if efd < 0:
+            return
+        loop = self.loop
+        if not loop.is_closed():
             try:
-                self.loop.call_soon_threadsafe(self.wake)
-            except RuntimeError:    # the event loop is closed: nobody waits any more
-                pass
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                try:
+                    loop.call_soon_threadsafe(self.release_fd)
+                    return
+                except RuntimeError:        # closed just now
+                    pass
+            else:
+                loop.remove_reader(efd)
+                # The end's write to the eventfd is not read any more: wake
+                # the waiting consumer here, to find the end.
+                waiter, self.waiter = self.waiter, None
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+        self.efd = -1
+        self._forget_fd()
+        os.close(efd)
 
 
 class AsyncSubscription:
@@ -202,11 +199,23 @@ class AsyncSubscription:
             raise TypeError(f"queue_size must be an int or None, not {type(queue_size).__name__}")
         elif queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, not {queue_size!r}")
-        self._bridge = _Bridge(loop, queue_size, options.kind == "pull")
-        # The batch being handed out and the C __anext__ (upcall/_aiter.pxi).
+        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            self._bridge = _Bridge(loop, queue_size, options.kind == "pull", efd)
+        except BaseException:
+            os.close(efd)
+            raise
+        loop.add_reader(efd, self._bridge.readable)
+        try:
+            self._sub: Subscription = (bus.subscribe(endpoint, self._bridge, options=options)
+                                       if _open is None else _open(self._bridge))
+        except BaseException:
+            self._bridge.finish()
+            self._bridge.release_fd()
+            raise
+        # The block being decoded and the C __anext__ (upcall/_aiter.pxi).
         self._pending = _Pending()
-        self._sub: Subscription = (bus.subscribe(endpoint, self._bridge, options=options)
-                                   if _open is None else _open(self._bridge))
+        self._pending.bind(self._bridge, self._sub)
         # Every end of the delivery loop ends the iteration, through finish.
         self._sub.set_end_hook(self._bridge.finish)
 
@@ -230,45 +239,31 @@ class AsyncSubscription:
         those of ``async for msg in sub``, which it may be mixed with."""
         return _AsyncBatches(self._pending, self)
 
-    def _take(self) -> list[Any] | None:
-        """The next queued batch, or None if none is queued; at the end,
-        what ended delivery (once), then StopAsyncIteration.  Called by the
-        C iterator when its batch is used up."""
-        with self._bridge.cond:
-            return self._take_locked()
-
-    def _take_locked(self) -> list[Any] | None:
+    def _ended(self) -> None:
+        """The queue has ended and is empty: what ended delivery (once),
+        then StopAsyncIteration.  Called by the C iterator."""
         bridge = self._bridge
-        if bridge.queue:
-            batch = bridge.queue.popleft()
-            bridge.queued -= len(batch)
-            if bridge.wait_for_room:
-                bridge.cond.notify()
-            return batch
-        if bridge.ended:
-            exc, bridge.error = bridge.error, None
-            if exc is not None:
-                raise exc           # what ended delivery, once
-            raise StopAsyncIteration
-        return None
+        exc, bridge.error = bridge.error, None
+        if exc is not None:
+            raise exc
+        raise StopAsyncIteration
 
     async def _wait(self, whole: bool) -> Any:
-        """Wait for a batch (nothing queued now): its first message, or with
-        ``whole`` the batch."""
+        """Wait for a message (nothing queued now): the next message, or with
+        ``whole`` the next list."""
         bridge = self._bridge
         while True:
-            with bridge.cond:
-                batch = self._take_locked()
-                if batch is None:
-                    if bridge.waiter is not None:
-                        raise RuntimeError("another task is already waiting for this "
-                                           "subscription's next message")
-                    if asyncio.get_running_loop() is not bridge.loop:
-                        raise RuntimeError("an AsyncSubscription belongs to the event loop "
-                                           "that made it")
-                    waiter = bridge.waiter = bridge.loop.create_future()
-            if batch is not None:
-                return self._pending.start(batch, whole)
+            # With nothing queued, the next message queued writes the eventfd.
+            got = _take_armed(self._pending, self, whole)
+            if got is not _nothing:
+                return got
+            if bridge.waiter is not None:
+                raise RuntimeError("another task is already waiting for this "
+                                   "subscription's next message")
+            if asyncio.get_running_loop() is not bridge.loop:
+                raise RuntimeError("an AsyncSubscription belongs to the event loop "
+                                   "that made it")
+            waiter = bridge.waiter = bridge.loop.create_future()
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -277,9 +272,8 @@ class AsyncSubscription:
                 # __anext__ gets what would have come now (wait_for's
                 # timeout is a cancellation).  A wake-up still pending
                 # finds no waiter, or the next one, which looks again.
-                with bridge.cond:
-                    if bridge.waiter is waiter:
-                        bridge.waiter = None
+                if bridge.waiter is waiter:
+                    bridge.waiter = None
                 raise
 
     # ---- closing ----
@@ -290,7 +284,10 @@ class AsyncSubscription:
         decoded).  TimeoutError after ``timeout`` seconds, as Subscription.close."""
         self._bridge.finish(discard=True)
         self._pending.clear()
-        self._sub.close(timeout)
+        try:
+            self._sub.close(timeout)
+        finally:
+            self._bridge.release_fd()
 
     async def aclose(self) -> None:
         """close(), from a coroutine."""
@@ -318,22 +315,24 @@ class AsyncSubscription:
     @property
     def closed(self) -> bool:
         """True once closed, or once delivery has ended (e.g. its event loop closed)."""
-        return self._bridge.ended or self._sub.closed
+        return self._bridge._counts()[4] or self._sub.closed
 
     @property
     def stats(self) -> dict[str, int]:
         """The subscription's counters (see Subscription.stats), where
-        ``delivered`` counts the messages queued for the event loop and
-        ``dropped`` includes those the full queue dropped (kind="sub"); and
-        ``queued`` (waiting for the consumer now) and ``wakeups`` (event-loop
-        wake-ups so far, at most one per batch)."""
+        ``delivered`` counts the messages queued for the event loop (less
+        those the loop found undecodable, and those discarded at the end)
+        and ``dropped`` includes those the full queue dropped (kind="sub")
+        and those discarded; and ``queued`` (waiting for the consumer now)
+        and ``wakeups`` (event-loop wake-ups so far, at most one per batch)."""
         stats = self._sub.stats
         bridge = self._bridge
-        with bridge.cond:
-            stats["delivered"] = bridge.accepted
-            stats["dropped"] += bridge.dropped
-            stats["queued"] = bridge.queued + self._pending.count
-            stats["wakeups"] = bridge.wakeups
+        accepted, dropped, wakeups, queued, _ = bridge._counts()
+        discarded = bridge.discarded
+        stats["delivered"] = accepted - bridge.loop_errors - discarded
+        stats["dropped"] += dropped + discarded
+        stats["queued"] = queued + self._pending.count
+        stats["wakeups"] = wakeups
         return stats
 
     @property

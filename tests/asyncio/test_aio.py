@@ -212,12 +212,20 @@ def test_sub_overflow_drops_and_counts(endpoints, loop_kind):
 
 
 class CountingLoop(asyncio.SelectorEventLoop):
-    """asyncio's loop, counting the wake-ups other threads ask for."""
+    """asyncio's loop, counting the wake-ups other threads ask for and the
+    calls of its readers' callbacks."""
     threadsafe_calls = 0
+    reader_calls = 0
 
     def call_soon_threadsafe(self, *args, **kwargs):
         self.threadsafe_calls += 1
         return super().call_soon_threadsafe(*args, **kwargs)
+
+    def add_reader(self, fd, callback, *args):
+        def counted(*a):
+            self.reader_calls += 1
+            return callback(*a)
+        return super().add_reader(fd, counted, *args)
 
 
 def test_one_wakeup_per_batch_at_most(endpoints):
@@ -236,15 +244,19 @@ def test_one_wakeup_per_batch_at_most(endpoints):
             assert await consumer == list(range(n))
             sender.join(DEADLINE)
             stats = sub.stats
-            assert loop.threadsafe_calls == stats["wakeups"] >= 1
-            assert stats["wakeups"] <= stats["batches"]
+            # The delivery thread wakes the loop through its eventfd (one
+            # write per wake-up), never with call_soon_threadsafe.
+            assert loop.threadsafe_calls == 0
+            assert 1 <= stats["wakeups"] <= stats["batches"]
+            assert 1 <= loop.reader_calls <= stats["wakeups"]
             # 2. Messages queued while the consumer is busy elsewhere: taking
             # them needs no wake-up at all.
-            before = loop.threadsafe_calls
+            before, calls = stats["wakeups"], loop.reader_calls
             flood(pub, ((b"t", i) for i in range(n))).join(DEADLINE)
             await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
             assert await take(sub, n) == list(range(n))
-            assert loop.threadsafe_calls == before
+            assert sub.stats["wakeups"] == before and loop.reader_calls == calls
+            assert loop.threadsafe_calls == 0
             await sub.aclose()
     try:
         loop.run_until_complete(main())
@@ -416,15 +428,24 @@ async def consume_to_the_end(sub):
     return got, None
 
 
+# Where the message that ends delivery is decoded: a plain message (a
+# topic and a payload) on the event loop, when the consumer reaches it; one
+# of more frames than are kept (UC_WIRE_MAX_FRAMES) on the delivery thread,
+# as it arrives.  The decoder's causes need a payload it is called with.
+ENDS_WHERE = [(cause, where) for cause in LOOP_ENDS for where in ("loop", "thread")
+              if where == "loop" or cause.startswith("on_error")]
+
+
 @pytest.mark.parametrize("loop_kind", LOOPS)
 @pytest.mark.parametrize("factory", FACTORIES)
 @pytest.mark.parametrize("consumer", ["waiting", "after_the_end"])
-@pytest.mark.parametrize("cause", list(LOOP_ENDS))
+@pytest.mark.parametrize("cause,where", ENDS_WHERE)
 def test_the_delivery_loop_ending_by_itself_ends_the_iteration(
-        endpoints, loop_kind, factory, consumer, cause):
+        endpoints, loop_kind, factory, consumer, cause, where):
     # The messages queued before the end come first, in order, once each;
     # then the iteration ends, with the exception that ended delivery (once),
     # whether the consumer was already waiting or comes after the end.
+    import zmq
     kwargs, expected = LOOP_ENDS[cause]
     n = 50
     unraisable = []
@@ -432,23 +453,36 @@ def test_the_delivery_loop_ending_by_itself_ends_the_iteration(
 
     async def main():
         with upcall.Bus() as bus:
-            ep = endpoints("inproc")
+            ep = endpoints("ipc")    # pyzmq's context: not the bus's inproc
             sub = bus.subscribe_async(ep, kind="pull", bind=True, thread_factory=factory,
                                       **kwargs)
-            pub = bus.publisher(ep, kind="push", bind=False)
-            if consumer == "waiting":
-                task = asyncio.ensure_future(consume_to_the_end(sub))
-                await asyncio.sleep(0.01)          # let it wait for a message
-            for i in range(n):
-                await pub.send_async(b"t", i)
-            pub.send_packed(b"t", b"\xc1")         # the message that ends delivery
-            for i in range(n, n + 5):
-                await pub.send_async(b"t", i)      # never delivered
-            if consumer == "after_the_end":
-                await until(lambda: sub.closed, "delivery to end")
-                task = asyncio.ensure_future(consume_to_the_end(sub))
-            # Before the end reached the iteration, this waited until the bus closed.
-            got, exc = await asyncio.wait_for(task, DEADLINE)
+            # One sender for all of them (a PULL fair-queues between senders).
+            push = zmq.Context.instance().socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 0)
+            push.connect(ep)
+            try:
+                if consumer == "waiting":
+                    task = asyncio.ensure_future(consume_to_the_end(sub))
+                    await asyncio.sleep(0.01)          # let it wait for a message
+                for i in range(n):
+                    push.send_multipart([b"t", upcall.packb(i)])
+                # The message that ends delivery.
+                push.send_multipart([b"t", b"\xc1"] if where == "loop"
+                                    else [b"t", upcall.packb("many")] + [b"x"] * 20)
+                for i in range(n, n + 5):
+                    push.send_multipart([b"t", upcall.packb(i)])   # never delivered
+                if consumer == "after_the_end":
+                    if where == "thread":
+                        # Decoded on the delivery thread: the end comes without a consumer.
+                        await until(lambda: sub.closed, "delivery to end")
+                    else:
+                        await until(lambda: sub.stats["received"] >= n + 1,
+                                    "the message that ends delivery to be received")
+                    task = asyncio.ensure_future(consume_to_the_end(sub))
+                # Before the end reached the iteration, this waited until the bus closed.
+                got, exc = await asyncio.wait_for(task, DEADLINE)
+            finally:
+                push.close()
             assert got == list(range(n))
             if expected is None:
                 assert exc is None
@@ -470,19 +504,29 @@ def test_the_delivery_loop_ending_by_itself_ends_the_iteration(
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_closing_after_the_loop_ended_discards_the_queue(endpoints, loop_kind):
     # The loop's end keeps what is queued; a close after it still discards it.
+    # The end: a message of more frames than are kept, which the delivery
+    # thread decodes (a plain one would be decoded on the event loop).
+    import zmq
+
     async def main():
         with upcall.Bus() as bus:
-            ep = endpoints("inproc")
+            ep = endpoints("ipc")
             sub = bus.subscribe_async(ep, kind="pull", bind=True,
                                       on_error=_raise(upcall.StopDelivery))
-            pub = bus.publisher(ep, kind="push", bind=False)
-            for i in range(3):
-                await pub.send_async(b"t", i)
-            pub.send_packed(b"t", b"\xc1")
-            await until(lambda: sub.closed, "delivery to end")
+            push = zmq.Context.instance().socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 0)
+            push.connect(ep)
+            try:
+                for i in range(3):
+                    push.send_multipart([b"t", upcall.packb(i)])
+                push.send_multipart([b"t", upcall.packb("many")] + [b"x"] * 20)
+                await until(lambda: sub.closed, "delivery to end")
+            finally:
+                push.close()
             assert await take(sub, 1) == [0]
             await sub.aclose()
             assert await asyncio.wait_for(consume_to_the_end(sub), DEADLINE) == ([], None)
+            assert sub.stats["delivered"] == 1 and sub.stats["dropped"] == 2
     run(loop_kind, main())
 
 

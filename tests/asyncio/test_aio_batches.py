@@ -7,6 +7,7 @@ No timing thresholds: every wait is for a condition, with a generous deadline.
 """
 import asyncio
 import inspect
+import threading
 
 import pytest
 
@@ -227,3 +228,82 @@ async def _first(aiter):
     async for item in aiter:
         yield item
         return
+
+
+# ---- messages decoded on the delivery thread, in order with the others --------
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("how", ["messages", "batches"])
+def test_out_of_band_messages_keep_their_place(endpoints, loop_kind, how):
+    # A message with out-of-band frames is decoded on the delivery thread
+    # (its frames are held there), a plain one on the event loop from its
+    # bytes: mixed in one flood, each comes once, in order, whole.
+    n = 400
+    big = upcall.DEFAULT_OOB_THRESHOLD
+
+    def message(i):
+        return {"i": i, "blob": bytes([i % 256]) * big} if i % 3 == 0 else {"i": i}
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=64, batch=16)
+            pub = bus.publisher(ep, kind="push", bind=False, oob_threshold=big)
+            sender = flood(pub, ((b"t", message(i)) for i in range(n)))
+            got = []
+            if how == "batches":
+                async for batch in sub.batches():
+                    assert batch
+                    got += batch
+                    if len(got) >= n:
+                        break
+            else:
+                got = await take(sub, n)
+            sender.join(DEADLINE)
+            assert [m["i"] for m in got] == list(range(n))
+            assert all(bytes(m["blob"]) == bytes([m["i"] % 256]) * big
+                       for m in got if m["i"] % 3 == 0)
+            stats = sub.stats
+            assert stats["delivered"] == n and stats["dropped"] == 0
+            await sub.aclose()
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_where_messages_are_decoded(endpoints, loop_kind):
+    # A plain message is decoded on the event loop's thread, when it is
+    # taken: the decoder and on_error run there, in order.  One larger than
+    # 16 KiB is decoded on the delivery thread, from its frame, and keeps
+    # its place.
+    decode = upcall.Decoder().decode
+    threads = []
+    errors = []
+
+    def decoder(payload):
+        threads.append(threading.current_thread())
+        return decode(payload)
+
+    def on_error(exc, payload):
+        errors.append((threading.current_thread(), payload))
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, decoder=decoder,
+                                      on_error=on_error)
+            pub = bus.publisher(ep, kind="push", bind=False)
+            pub.send(b"t", 1)
+            pub.send_packed(b"t", b"\xc1")
+            pub.send(b"t", "x" * 20000)
+            pub.send(b"t", 3)
+            await until(lambda: sub.stats["received"] == 4, "all four to be received")
+            loop_thread = threading.current_thread()
+            # Only the large one was decoded so far, on the delivery thread.
+            assert len(threads) == 1 and threads[0] is not loop_thread
+            assert await take(sub, 3) == [1, "x" * 20000, 3]
+            assert errors == [(loop_thread, b"\xc1")]
+            assert threads[1:] == [loop_thread] * 3          # 1, the bad one, 3
+            st = sub.stats
+            assert st["delivered"] == 3 and st["decode_errors"] == 1 and st["dropped"] == 0
+            await sub.aclose()
+    run(loop_kind, main())

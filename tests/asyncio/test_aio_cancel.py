@@ -64,14 +64,16 @@ def test_a_cancelled_wait_takes_nothing(endpoints, loop_kind):
             assert sub._bridge.waiter is None and not sub.closed
             await pub.send_async(b"t", "first", timeout=DEADLINE)
             assert await asyncio.wait_for(sub.__anext__(), DEADLINE) == "first"
-            # 2. The wake-up scheduled (message queued for the waiter), the
+            # 2. The wake-up written (message queued for the waiter), the
             # task cancelled before it runs: the event loop's thread is held
-            # (a blocking wait, no await) until the delivery thread has made
-            # its call_soon_threadsafe, so the cancellation comes first.
+            # (a blocking wait, no await) until the delivery thread has
+            # written the loop's eventfd, so the cancellation comes first.
             task = asyncio.ensure_future(sub.__anext__())
             await waiting(sub)
+            wakeups = sub.stats["wakeups"]
             await pub.send_async(b"t", "second", timeout=DEADLINE)
-            wait_for(lambda: sub._bridge.wake_pending, what="the wake-up to be scheduled")
+            wait_for(lambda: sub.stats["wakeups"] == wakeups + 1,
+                     what="the wake-up to be written")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -1,9 +1,9 @@
 """What the garbage collector sees of a delivered message, in every delivery
 mode: a decoded dict of atoms is untracked (as CPython leaves such a dict),
 one holding a list is tracked, and a dict of atoms that is given a container
-is tracked again.  The asyncio adapter untracks queued messages while they
-wait for the event loop and must hand them out tracked exactly so
-(upcall/_aiter.pxi), also after a close discards a queue.
+is tracked again.  The asyncio adapter queues a plain message as its bytes
+and decodes it on the event loop when it is taken (upcall/_aiter.pxi): it
+must hand it out tracked exactly so, and decode nothing it drops.
 
 Real sockets, real threads and event loops; no timing thresholds.
 """
@@ -78,7 +78,7 @@ def test_handler_batch_tracking(endpoints):
 @pytest.mark.parametrize("loop_kind", LOOPS)
 @pytest.mark.parametrize("how", ["messages", "batches", "with_topic"])
 def test_asyncio_tracking(endpoints, loop_kind, how):
-    # Queued first (parked), then handed out: tracked as the decoder made them.
+    # Queued first, then handed out: tracked as the decoder made them.
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
@@ -103,61 +103,66 @@ def test_asyncio_tracking(endpoints, loop_kind, how):
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
-def test_asyncio_queued_messages_wait_untracked(endpoints, loop_kind):
-    # While queued, the messages' containers are out of the collector's
-    # lists (it does not walk the queue); a message handed out is back in.
+def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
+    # While queued, a plain message is its bytes: the event loop decodes it
+    # when the consumer takes it, so there is nothing queued for the
+    # collector to walk; a message handed out is tracked as the decoder
+    # made it.
     n = 50
-
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=n)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
-            flood(pub, ((b"t", {"i": i, "sizes": [i]}) for i in range(n))).join(DEADLINE)
-            await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
-            queued = [m for batch in sub._bridge.queue for m in batch]
-            assert len(queued) == n
-            assert not any(gc.is_tracked(m) or gc.is_tracked(m["sizes"]) for m in queued)
-            first = await sub.__anext__()
-            assert first == {"i": 0, "sizes": [0]}
-            assert gc.is_tracked(first) and gc.is_tracked(first["sizes"])
-            # The rest (in the batch being handed out, or still queued) waits parked.
-            assert not any(gc.is_tracked(m) or gc.is_tracked(m["sizes"]) for m in queued[1:])
-            # Closing discards the queue: what was parked is tracked again
-            # (a cycle a foreign decoder made would be collected).
-            await sub.aclose()
-            assert all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in queued)
-    run(loop_kind, main())
-
-
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_asyncio_dropped_messages_go_back_to_the_collector(endpoints, loop_kind):
-    # A kind="sub" queue that is full drops: what a decoder returned and the
-    # queue did not keep is tracked again (it may live on elsewhere).
     made = []
+    decode = upcall.Decoder().decode
 
-    def decode(payload):
-        obj = {"n": len(made), "sizes": [1, 2]}
+    def decoder(payload):
+        obj = decode(payload)
         made.append(obj)
         return obj
 
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, bind=True, queue_size=2, rcvhwm=0, decoder=decode)
+            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=n, decoder=decoder)
+            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            flood(pub, ((b"t", {"i": i, "sizes": [i]}) for i in range(n))).join(DEADLINE)
+            await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
+            assert made == []
+            first = await sub.__anext__()
+            assert first == {"i": 0, "sizes": [0]} and made == [first]
+            assert gc.is_tracked(first) and gc.is_tracked(first["sizes"])
+            # Closing discards the queue: nothing more is decoded.
+            await sub.aclose()
+            assert len(made) == 1
+            assert sub.stats["dropped"] == n - 1
+    run(loop_kind, main())
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_asyncio_dropped_messages_are_never_decoded(endpoints, loop_kind):
+    # A kind="sub" queue that is full drops a plain message as bytes: the
+    # decoder never sees it, no object is made for it.
+    made = []
+    decode = upcall.Decoder().decode
+
+    def decoder(payload):
+        obj = decode(payload)
+        made.append(obj)
+        return obj
+
+    async def main():
+        with upcall.Bus() as bus:
+            ep = endpoints("inproc")
+            sub = bus.subscribe_async(ep, bind=True, queue_size=2, rcvhwm=0, decoder=decoder)
             pub = bus.publisher(ep, bind=False, sndhwm=0)
             while sub.stats["received"] == 0:      # slow joiner, without consuming
-                pub.send(b"t", 0)
+                pub.send(b"t", -1)
                 await asyncio.sleep(0.005)
             for i in range(20):
                 pub.send(b"t", i)
-            await until(lambda: sub.stats["received"] == len(made) >= 21
-                        and sub.stats["dropped"] == len(made) - 2,
+            await until(lambda: sub.stats["received"] >= 21
+                        and sub.stats["dropped"] == sub.stats["received"] - 2,
                         lambda: f"the flood to be accounted for: {sub.stats}")
-            kept = [m for batch in sub._bridge.queue for m in batch]
-            assert len(kept) == 2
-            dropped = [m for m in made if not any(m is k for k in kept)]
-            assert dropped and all(gc.is_tracked(m) and gc.is_tracked(m["sizes"]) for m in dropped)
-            assert not any(gc.is_tracked(m) for m in kept)      # parked while queued
+            assert made == [] and sub.stats["queued"] == 2
+            kept = await take(sub, 2)           # the oldest: a probe, then a probe or 0
+            assert kept[0] == -1 and kept[1] in (-1, 0)
+            assert made == kept
             await sub.aclose()
     run(loop_kind, main())
