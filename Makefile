@@ -81,12 +81,13 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 build: $(VENV)/.installed
 	$(MESON) compile -C $(BUILD_DIR)
 
-# The threaded matrix runs beside the main run: most tests wait on sockets,
-# threads and child processes, so the two cores have room for both.  -j3:
-# the C tests, the main run and the matrix; `-n`: pytest-xdist, workers as
+# The threaded matrix runs beside the main run, its environments built from
+# the start, while .venv is set up: most tests wait on sockets, threads and
+# child processes, so the two cores have room for both.  -j3: the C tests,
+# the main run and the matrix; `-n`: pytest-xdist, workers as
 # above; --dist loadgroup keeps a module that builds its files once
 # (tests/packaging/, tests/conftest.py) on one worker.
-test: build
+test:
 	@$(MAKE) --no-print-directory -j3 ctest test-main test-threads-all
 
 .PHONY: test-main
@@ -118,13 +119,17 @@ test-threads-all:
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
 
 # One environment per other CPython, with upcall installed (not editable: the
-# source tree's extensions are built for this .venv's CPython only).
+# source tree's extensions are built for this .venv's CPython only).  Built
+# for what the matrix checks, the interpreter's behaviour: without the C
+# tests and floors (dev_targets), at -O1 (half the compile time of the
+# release build's -O3, which the main run tests).
+MATRIX_BUILD := -Csetup-args=-Ddev_targets=false -Csetup-args=-Doptimization=1
 .venv-%/.installed: $(THREAD_ENV_DEPS) | .deps.stamp
 	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python3 | head -n1); \
 	[ -x .venv-$*/bin/python ] || $$py -m venv .venv-$* || exit 1; \
 	echo "== installing upcall for CPython $* ($$py)"; \
 	.venv-$*/bin/python -m pip install -q --disable-pip-version-check "pip>=25.1" && \
-	.venv-$*/bin/python -m pip install -q --disable-pip-version-check . --group test
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check $(MATRIX_BUILD) . --group test
 	@touch $@
 
 # Ctrl-C while delivery runs, STRESS_RUNS times in a row (default 200) per
