@@ -769,9 +769,9 @@ int uc_route_hand_out(uc_route *r)
             m->part = &r->out[m->offset];
             m->part_n = m->count;
             size_t got = 0;
-            /* UC_ERR_CLOSED: closed since the table was read; not its
-             * message any more. */
-            uc_sub_poll_some(&m->sub, 0, 0, &got);
+            /* No lock of the member's (uc_sub_poll_shared).  UC_ERR_CLOSED:
+             * closed since the table was read; not its message any more. */
+            uc_sub_poll_shared(&m->sub, &got);
             m->part = NULL;
             m->part_n = 0;
             uc_route_member_exit(&m->sub);

@@ -84,7 +84,11 @@ struct uc_sub {
     _Atomic uint64_t stats[UC_STAT_COUNT];
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* signalled when finished, polling or open_state changes */
-    int polling;          /* caller mode: a uc_sub_poll runs (under mu) */
+    /* caller mode: a uc_sub_poll runs (set under mu), or a router's hand-out
+     * (uc_sub_poll_shared, set without it: an atomic, seq_cst against stop,
+     * and polling_waiters tells it whom to wake). */
+    atomic_int polling;
+    atomic_int polling_waiters; /* closers waiting under mu for polling to clear */
     int poll_some;        /* that poll is uc_sub_poll_some (set by the poller) */
     int open_state;       /* thread mode: UC_OPENING, UC_OPENED, UC_OPEN_FAILED (under mu) */
     int started;          /* thread mode: the loop has taken the source (under mu) */
@@ -130,6 +134,15 @@ int uc_sub_source_is_ours(const uc_sub *s);
  * router's table, route.c): the memory stays until uc_sub_unref. */
 void uc_sub_retain(uc_sub *s);
 void uc_sub_unref(uc_sub *s);
+
+/* For a router's hand-out (route.c), on its one thread: uc_sub_poll_some
+ * for a caller-mode subscription that only that thread polls, without its
+ * lock: polling is set and cleared as seq_cst atomics against stop, so
+ * that a close from another thread either is seen before the run (nothing
+ * is handed over) or waits for it (waking through polling_waiters), as with
+ * the lock.  The caller holds a reference.  UC_ERR_CLOSED: stopped or
+ * finished, nothing run. */
+int uc_sub_poll_shared(uc_sub *s, size_t *delivered);
 
 /* For the source's run: has a stop been requested? */
 static inline int uc_sub_stopping(uc_sub *s)

@@ -738,6 +738,8 @@ A zmq context and every subscription and publisher opened on it.
             # Delivered on the router's thread, which adopts its thread
             # state once for all its subscriptions.
             o.on_exit = _routed_exit
+            if target_kind != TARGET_NATIVE:
+                o.deliver = <uc_deliver_fn><void *>_routed_deliver   # the hand-out holds the GIL
             sub._st.adopted = 1
             sub._run_name = sub._thread_name = routed.router.thread_name
             Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit

@@ -63,6 +63,16 @@ cdef int _route_deliver(void *ctx, const uc_msg *batch, size_t n,
         return uc_route_hand_out(rs.r)
 
 
+cdef int _routed_deliver(void *ctx, const uc_msg *batch, size_t n,
+                         size_t *consumed) noexcept:
+    # A routed subscription's part of a batch (a Python callable or a
+    # Handler): called only from its router's hand-out, which holds the GIL
+    # for every subscription the batch reaches (_route_deliver), so it is a
+    # plain C call here, with no GIL crossing of its own.
+    cdef loop_state *st = <loop_state *>ctx
+    return _deliver_each(<Subscription>st.owner, batch, n, NULL, consumed)
+
+
 cdef void _route_exit(void *ctx) noexcept nogil:
     # The carrier's loop has ended: its subscriptions end here (their
     # _routed_exit runs on this thread), then the adopted thread state goes.
