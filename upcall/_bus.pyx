@@ -708,7 +708,10 @@ A zmq context and every subscription and publisher opened on it.
             o.curve.zap_domain = <const char *>(<bytes>zap[2])
         o.deliver = _deliver
         o.ctx = &sub._st
-        sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
+        if routed is not None:
+            sub._events = routed.router.events
+        else:
+            sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
         o.on_event = _on_conn_event
         o.event_ctx = <void *>sub._events
         opt_array = _sockopt_array(sockopts)
