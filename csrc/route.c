@@ -56,16 +56,17 @@ typedef struct rslot {
 
 struct route_member {
     uc_sub sub;               /* first: a uc_sub * is a route_member * */
+    /* The carrier's thread, during a dispatch (first: the one line of the
+     * member's own that grouping and the hand-out read). */
+    uint64_t mark;
+    size_t slot, count, offset;
+    const uc_msg *part;       /* what the next run hands over */
+    size_t part_n;
     uc_route *r;              /* referenced until destroy */
     uc_frame *prefixes;       /* owned copies, in_table: in the table */
     size_t n_prefixes, cap_prefixes;
     int in_table;             /* under r->mu */
     atomic_int exit_done;
-    /* The carrier's thread, during a dispatch. */
-    uint64_t mark;
-    size_t slot, count, offset;
-    const uc_msg *part;       /* what the next run hands over */
-    size_t part_n;
 };
 
 typedef struct pair {
@@ -448,6 +449,15 @@ static int member_leave_locked(route_member *m)
 
 /* ---- members: the source's ops ---------------------------------------- */
 
+/* A member's received counters are written by its carrier's thread alone:
+ * a relaxed load and store, not a locked add. */
+static inline void member_count(uc_sub *s, int stat, uint64_t v)
+{
+    atomic_store_explicit(&s->stats[stat],
+                          atomic_load_explicit(&s->stats[stat], memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
 static size_t member_run(uc_sub *s, int timeout_ms, size_t max_messages)
 {
     (void)timeout_ms;
@@ -462,10 +472,10 @@ static size_t member_run(uc_sub *s, int timeout_ms, size_t max_messages)
     uint64_t zmq_msgs = 0;
     for (size_t i = 0; i < n; i++)
         zmq_msgs += !part[i].wire || i == 0 || part[i - 1].wire != part[i].wire;
-    atomic_fetch_add_explicit(&s->stats[UC_STAT_ZMQ_RECEIVED], zmq_msgs, memory_order_relaxed);
+    member_count(s, UC_STAT_ZMQ_RECEIVED, zmq_msgs);
     while (done < n && !uc_sub_stopping(s)) {
         size_t k = n - done < s->batch ? n - done : s->batch, taken = 0;
-        atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], k, memory_order_relaxed);
+        member_count(s, UC_STAT_RECEIVED, k);
         int verdict = uc_sub_hand_over(s, part + done, k, &taken);
         done += taken;
         if (taken < k) {
