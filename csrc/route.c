@@ -623,7 +623,7 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
         uc_sub_retain(s); /* the table's */
         m->in_table = 1;
         r->n_members++;
-        snprintf(s->last_endpoint, sizeof s->last_endpoint, "%s", r->carrier->last_endpoint);
+        s->last_endpoint = r->carrier->last_endpoint; /* the carrier outlives its members */
         for (size_t i = 0; i < o->n_topics && rc == UC_OK; i++)
             rc = member_add_locked(m, o->topics[i].data ? o->topics[i].data : "", o->topics[i].size);
         if (ticket)

@@ -243,6 +243,7 @@ uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub
         return NULL;
     }
     s->ops = ops;
+    s->last_endpoint = ""; /* until the source's open sets its own */
     s->efd = -1;
     s->batch = o->batch;
     s->deliver = o->deliver;

@@ -103,7 +103,10 @@ struct uc_sub {
     uc_sub *pending_prev, *pending_next;
     int pending;          /* on the list */
 
-    char last_endpoint[UC_ENDPOINT_MAX];  /* set by the source's open */
+    /* The endpoint as resolved, in the source's own memory (set by its open;
+     * "" until then): not an array here, which a routed subscription, whose
+     * endpoint is its router's, would carry for nothing. */
+    const char *last_endpoint;
 };
 
 /* The first half of a source's open: check the options every source
