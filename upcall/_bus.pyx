@@ -672,8 +672,10 @@ A zmq context and every subscription and publisher opened on it.
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
         sub.endpoint = ep_list[0]
-        sub.endpoints = tuple(ep_list)
-        sub._source = source
+        # A routed one: its router's tuple, and no source object kept (it
+        # is only the open's; _routed says what it is): less memory each.
+        sub.endpoints = routed.router.endpoints if routed is not None else tuple(ep_list)
+        sub._source = source if routed is None else None
         sub._target = target
         sub._inbox = inbox
         sub._on_error = opts.on_error

@@ -116,6 +116,7 @@ cdef class _Router:
     # their own (no on_event: bus.subscribe() routes none with one), so one
     # sink for all of them rather than one each.
     cdef _EventSink events
+    cdef tuple endpoints          # its subscriptions' `endpoints`, one tuple for all
 
     cdef Decoder shared_decoder(self, Decoder fresh, bint extensions):
         # extensions is part of the router's key: one kind of decoder each.
@@ -179,6 +180,7 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     ep_bytes = [(<str>e).encode("utf-8") for e in ep_list]
     name = _next_thread_name()
     router.thread_name = name
+    router.endpoints = tuple(ep_list)
     router.events = _EventSink(f"subscription {', '.join(ep_list)}", None)
     rs = <route_state *>malloc(sizeof(route_state))
     if rs == NULL:
