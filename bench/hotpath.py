@@ -7,6 +7,14 @@ difference by the difference in N, so start-up and teardown cancel out.
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter|typed|typed-raw} N
         python bench/hotpath.py {zmq-map|synth-map} {asyncio|asyncio-batches} N
+        python bench/hotpath.py routed:S func N
+
+routed:S: S routed subscriptions (bus.subscribe(), one shared SUB socket,
+csrc/route.c), prefixes r00000. .. on one inproc endpoint, each with its own
+no-op target; the bus's publisher floods N uncoalesced messages round-robin
+over the S topics, queued whole before the first is delivered (the first
+target waits for the flood), so batches are full and at S = 10,000 each
+subscription gets about 0.1 message of a batch.  The sender is counted too.
 
 typed: decoder=msgspec.msgpack.Decoder(Small).decode (the map as a Struct)
 and a no-op target; typed-raw: raw=True and a target calling that decoder;
@@ -100,7 +108,38 @@ def _consume_async(bus, case, kind, n):
     asyncio.run(consume())
 
 
+def _routed(bus, s, n):
+    """routed:S (module docstring)."""
+    import threading
+    payload = small_payload()
+    n -= n % s
+    sent, ended = threading.Event(), threading.Event()
+    ep = "inproc://hotpath-route"
+    pub = bus.publisher(ep, sndhwm=0)
+    # The gate holds the router's thread until the flood is queued; the end
+    # message comes after the flood, on the same thread (in order), so when
+    # it arrives every message before it has been delivered.
+    gate = bus.subscribe(ep, lambda msg: sent.wait(), topics=[b"gate"], rcvhwm=0)
+    end = bus.subscribe(ep, lambda msg: ended.set(), topics=[b"end"], rcvhwm=0)
+    subs = [bus.subscribe(ep, _noop, topics=[b"r%05d." % i], rcvhwm=0, batch=1024)
+            for i in range(s)]
+    pub.wait_subscriptions(s + 2, timeout=600)
+    pub.send(b"gate", None)
+    topics = [b"r%05d.x" % i for i in range(s)]
+    send = pub.send_packed
+    for k in range(n):
+        send(topics[k % s], payload)
+    pub.send(b"end", None)
+    sent.set()
+    assert ended.wait(600)
+    assert all(x.stats["delivered"] == n // s for x in subs)
+    assert gate.stats["delivered"] == end.stats["delivered"] == 1
+
+
 def main(case, kind, n):
+    if case.startswith("routed:"):
+        with upcall.Bus(max_sockets=64) as bus:
+            return _routed(bus, int(case.split(":")[1]), n)
     if kind in ("asyncio", "asyncio-batches"):
         if case not in ("zmq-map", "synth-map"):
             raise SystemExit(f"the {kind} kind needs the zmq-map or synth-map case")

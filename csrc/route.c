@@ -1,11 +1,14 @@
 /* Routed subscriptions: the prefix table and the carrier's dispatch
  * (route.h).
  *
- * The table is a trie over topic bytes: a node per prefix byte, children
- * sorted by byte (a binary search: at most 8 steps whatever the fan-out),
- * and at each node the members whose prefix ends there.  Matching a topic
- * walks it once from the root, so its cost is the topic's length plus the
- * matches, whatever the number of members.  A node's member count is the
+ * The table is a hash table of the prefixes (open addressing), each entry
+ * holding its bytes and the members whose prefix it is.  Matching a topic
+ * hashes it a byte at a time and looks it up at each length some prefix
+ * has, so its cost is the topic's length plus a probe per prefix length in
+ * use plus the matches, whatever the number of members; a match reads a
+ * slot and its entry (two cache lines), where a trie walk read a node, its
+ * keys and its children at every byte, cold for all but the first levels
+ * once there are thousands of prefixes.  An entry's member count is the
  * number of members holding that prefix: the SUB socket is subscribed on
  * 0 -> 1 and unsubscribed on 1 -> 0.
  *
@@ -29,29 +32,41 @@
 #include "oob.h"
 #include "util.h"
 
-typedef struct rnode rnode;
+typedef struct rentry rentry;
 typedef struct route_member route_member;
 
-struct rnode {
-    rnode **kids;             /* sorted by keys[] */
-    unsigned char *keys;
-    unsigned n_kids, cap_kids;
-    route_member **members;   /* members whose prefix ends here */
+/* One prefix of the table and the members holding it.  One allocation: the
+ * prefix's bytes follow it, and a prefix held by one member (the usual
+ * case) keeps it inline, so that a match reads one line of it. */
+struct rentry {
+    uint64_t hash;            /* prefix_hash of the bytes */
+    size_t size;
+    route_member **members;   /* &one, or an array of its own */
     size_t n_members, cap_members;
+    route_member *one;
+    char data[];
 };
+
+/* A slot of the table: the entry's hash beside it, so that a probe that
+ * misses does not read the entry. */
+typedef struct rslot {
+    uint64_t hash;
+    rentry *e;                /* NULL: empty */
+} rslot;
 
 struct route_member {
     uc_sub sub;               /* first: a uc_sub * is a route_member * */
-    uc_route *r;              /* referenced until destroy */
-    uc_frame *prefixes;       /* owned copies, in_table: in the trie */
-    size_t n_prefixes, cap_prefixes;
-    int in_table;             /* under r->mu */
-    atomic_int exit_done;
-    /* The carrier's thread, during a dispatch. */
+    /* The carrier's thread, during a dispatch (first: the one line of the
+     * member's own that grouping and the hand-out read). */
     uint64_t mark;
     size_t slot, count, offset;
     const uc_msg *part;       /* what the next run hands over */
     size_t part_n;
+    uc_route *r;              /* referenced until destroy */
+    uc_frame *prefixes;       /* owned copies, in_table: in the table */
+    size_t n_prefixes, cap_prefixes;
+    int in_table;             /* under r->mu */
+    atomic_int exit_done;
 };
 
 typedef struct pair {
@@ -61,7 +76,13 @@ typedef struct pair {
 struct uc_route {
     atomic_int refs;
     pthread_mutex_t mu;       /* the table, n_members, closed, last_ticket */
-    rnode root;
+    /* The table: open addressing, linear probing, at most half full. */
+    rslot *slots;
+    size_t cap_slots, n_entries;
+    /* Entries per prefix length (lengths[k]: prefixes of k bytes), up to the
+     * longest: a topic is looked up at the lengths some prefix has. */
+    size_t *lengths;
+    size_t n_lengths;
     size_t n_members;
     int closed;
     uc_sub *carrier;
@@ -82,110 +103,172 @@ static const uc_sub_ops member_ops;
  * topic change made from inside its target must not wait for this loop. */
 static _Thread_local const uc_route *route_current;
 
-/* ---- the trie --------------------------------------------------------- */
+/* ---- the table --------------------------------------------------------- */
 
-static rnode *node_child(const rnode *n, unsigned char b, unsigned *at)
+/* FNV-1a, a byte at a time: a topic's hash at every length in one pass. */
+#define HASH_START 0xcbf29ce484222325ULL
+static inline uint64_t hash_step(uint64_t h, unsigned char b)
 {
-    unsigned lo = 0, hi = n->n_kids;
-    while (lo < hi) {
-        unsigned mid = (lo + hi) / 2;
-        if (n->keys[mid] < b)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (at)
-        *at = lo;
-    return lo < n->n_kids && n->keys[lo] == b ? n->kids[lo] : NULL;
+    return (h ^ b) * 0x100000001b3ULL;
 }
 
-static rnode *node_add_child(rnode *n, unsigned char b)
+static uint64_t prefix_hash(const char *data, size_t size)
 {
-    unsigned at;
-    rnode *c = node_child(n, b, &at);
-    if (c)
-        return c;
-    if (n->n_kids == n->cap_kids) {
-        unsigned cap = n->cap_kids ? n->cap_kids * 2 : 1;
-        rnode **kids = realloc(n->kids, cap * sizeof *kids);
-        if (!kids)
-            return NULL;
-        n->kids = kids;
-        unsigned char *keys = realloc(n->keys, cap);
-        if (!keys)
-            return NULL;
-        n->keys = keys;
-        n->cap_kids = cap;
-    }
-    c = calloc(1, sizeof *c);
-    if (!c)
+    uint64_t h = HASH_START;
+    for (size_t i = 0; i < size; i++)
+        h = hash_step(h, (unsigned char)data[i]);
+    return h;
+}
+
+/* Where a hash starts probing (a final mix: FNV's low bits follow the last
+ * byte too closely). */
+static inline size_t slot_of(uint64_t h, size_t cap)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h & (cap - 1);
+}
+
+static rentry *table_find(const uc_route *r, uint64_t h, const char *data, size_t size)
+{
+    if (!r->cap_slots)
         return NULL;
-    memmove(&n->kids[at + 1], &n->kids[at], (n->n_kids - at) * sizeof *n->kids);
-    memmove(&n->keys[at + 1], &n->keys[at], n->n_kids - at);
-    n->kids[at] = c;
-    n->keys[at] = b;
-    n->n_kids++;
-    return c;
+    size_t mask = r->cap_slots - 1;
+    for (size_t i = slot_of(h, r->cap_slots);; i = (i + 1) & mask) {
+        const rslot *sl = &r->slots[i];
+        if (!sl->e)
+            return NULL;
+        if (sl->hash == h && sl->e->size == size && (size == 0 || memcmp(sl->e->data, data, size) == 0))
+            return sl->e;
+    }
 }
 
-static void node_free(rnode *n)
+static void table_put(rslot *slots, size_t cap, rentry *e)
 {
-    for (unsigned i = 0; i < n->n_kids; i++) {
-        node_free(n->kids[i]);
-        free(n->kids[i]);
+    size_t i = slot_of(e->hash, cap);
+    while (slots[i].e)
+        i = (i + 1) & (cap - 1);
+    slots[i].hash = e->hash;
+    slots[i].e = e;
+}
+
+static int table_grow(uc_route *r)
+{
+    size_t cap = r->cap_slots ? r->cap_slots * 2 : 16;
+    rslot *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return UC_ERR_NOMEM;
+    for (size_t i = 0; i < r->cap_slots; i++)
+        if (r->slots[i].e)
+            table_put(slots, cap, r->slots[i].e);
+    free(r->slots);
+    r->slots = slots;
+    r->cap_slots = cap;
+    return UC_OK;
+}
+
+/* Take e out of its slot, moving the entries after it back (linear
+ * probing's deletion: no tombstones, lookups stay short). */
+static void table_delete(uc_route *r, const rentry *e)
+{
+    size_t mask = r->cap_slots - 1;
+    size_t i = slot_of(e->hash, r->cap_slots);
+    while (r->slots[i].e != e)
+        i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; r->slots[j].e; j = (j + 1) & mask) {
+        size_t home = slot_of(r->slots[j].hash, r->cap_slots);
+        /* Move j back to i unless its home lies cyclically in (i, j]. */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            r->slots[i] = r->slots[j];
+            i = j;
+        }
     }
-    free(n->kids);
-    free(n->keys);
-    free(n->members);
+    r->slots[i].e = NULL;
+    r->slots[i].hash = 0;
+    r->n_entries--;
+}
+
+static void entry_free(rentry *e)
+{
+    if (e->members != &e->one)
+        free(e->members);
+    free(e);
 }
 
 /* Add m at prefix p: 1 if the prefix is new to the socket, 0 if not, < 0
- * on failure (nothing changed but empty nodes, which stay). */
-static int trie_add(uc_route *r, const uc_frame *p, route_member *m)
+ * on failure (nothing changed). */
+static int table_add(uc_route *r, const uc_frame *p, route_member *m)
 {
-    rnode *n = &r->root;
-    for (size_t i = 0; i < p->size && n; i++)
-        n = node_add_child(n, (unsigned char)p->data[i]);
-    if (!n)
-        return UC_ERR_NOMEM;
-    if (n->n_members == n->cap_members) {
-        size_t cap = n->cap_members ? n->cap_members * 2 : 1;
-        route_member **ms = realloc(n->members, cap * sizeof *ms);
-        if (!ms)
+    uint64_t h = prefix_hash(p->data, p->size);
+    rentry *e = table_find(r, h, p->data, p->size);
+    if (!e) {
+        if (p->size >= r->n_lengths) {
+            size_t *ls = realloc(r->lengths, (p->size + 1) * sizeof *ls);
+            if (!ls)
+                return UC_ERR_NOMEM;
+            memset(ls + r->n_lengths, 0, (p->size + 1 - r->n_lengths) * sizeof *ls);
+            r->lengths = ls;
+            r->n_lengths = p->size + 1;
+        }
+        if ((r->n_entries + 1) * 2 > r->cap_slots && table_grow(r) != UC_OK)
             return UC_ERR_NOMEM;
-        n->members = ms;
-        n->cap_members = cap;
+        e = malloc(sizeof *e + p->size);
+        if (!e)
+            return UC_ERR_NOMEM;
+        e->hash = h;
+        e->size = p->size;
+        e->members = &e->one;
+        e->n_members = 0;
+        e->cap_members = 1;
+        if (p->size)
+            memcpy(e->data, p->data, p->size);
+        table_put(r->slots, r->cap_slots, e);
+        r->n_entries++;
+        r->lengths[p->size]++;
     }
-    n->members[n->n_members++] = m;
-    return n->n_members == 1;
+    if (e->n_members == e->cap_members) {
+        size_t cap = e->cap_members * 2;
+        route_member **ms = malloc(cap * sizeof *ms);
+        if (!ms)
+            return UC_ERR_NOMEM; /* an entry made just now has room: not here */
+        memcpy(ms, e->members, e->n_members * sizeof *ms);
+        if (e->members != &e->one)
+            free(e->members);
+        e->members = ms;
+        e->cap_members = cap;
+    }
+    e->members[e->n_members++] = m;
+    return e->n_members == 1;
 }
 
-/* Remove m from the prefix starting at byte `depth` below n, pruning nodes
- * left empty: 1 if the prefix is gone from the socket, else 0. */
-static int trie_remove(rnode *n, const uc_frame *p, size_t depth, route_member *m)
+/* Remove m from prefix p: 1 if the prefix is gone from the socket, else 0. */
+static int table_remove(uc_route *r, const uc_frame *p, route_member *m)
 {
-    if (depth == p->size) {
-        for (size_t i = 0; i < n->n_members; i++) {
-            if (n->members[i] == m) {
-                n->members[i] = n->members[--n->n_members];
-                return n->n_members == 0;
-            }
+    rentry *e = table_find(r, prefix_hash(p->data, p->size), p->data, p->size);
+    if (!e)
+        return 0;
+    for (size_t i = 0; i < e->n_members; i++) {
+        if (e->members[i] == m) {
+            e->members[i] = e->members[--e->n_members];
+            if (e->n_members)
+                return 0;
+            table_delete(r, e);
+            r->lengths[e->size]--;
+            entry_free(e);
+            return 1;
         }
-        return 0;
     }
-    unsigned at;
-    rnode *c = node_child(n, (unsigned char)p->data[depth], &at);
-    if (!c)
-        return 0;
-    int gone = trie_remove(c, p, depth + 1, m);
-    if (c->n_members == 0 && c->n_kids == 0) {
-        node_free(c);
-        free(c);
-        n->n_kids--;
-        memmove(&n->kids[at], &n->kids[at + 1], (n->n_kids - at) * sizeof *n->kids);
-        memmove(&n->keys[at], &n->keys[at + 1], n->n_kids - at);
-    }
-    return gone;
+    return 0;
+}
+
+static void table_free(uc_route *r)
+{
+    for (size_t i = 0; i < r->cap_slots; i++)
+        if (r->slots[i].e)
+            entry_free(r->slots[i].e);
+    free(r->slots);
+    free(r->lengths);
 }
 
 /* ---- references ------------------------------------------------------- */
@@ -201,7 +284,7 @@ void uc_route_release(uc_route *r)
         return;
     if (r->carrier)
         uc_sub_free(r->carrier);
-    node_free(&r->root);
+    table_free(r);
     free(r->touched);
     free(r->pairs);
     free(r->out);
@@ -307,19 +390,15 @@ static long member_find(const route_member *m, const void *data, size_t size)
     return -1;
 }
 
-/* Under r->mu: whether m holds prefix p, found through the trie (the node
- * where p ends lists its few holders), not through m's own list: a member
+/* Under r->mu: whether m holds prefix p, found through the table (the
+ * prefix's entry lists its few holders), not through m's own list: a member
  * joining with 100,000 prefixes checked each against all it had so far,
  * quadratic (a routed subscribe of 100,000 topics took 37 s, now 0.15 s). */
 static int member_holds_locked(const route_member *m, const void *data, size_t size)
 {
-    const rnode *n = &m->r->root;
-    for (size_t i = 0; i < size && n; i++)
-        n = node_child(n, ((const unsigned char *)data)[i], NULL);
-    if (!n)
-        return 0;
-    for (size_t i = 0; i < n->n_members; i++)
-        if (n->members[i] == m)
+    const rentry *e = table_find(m->r, prefix_hash(data, size), data, size);
+    for (size_t i = 0; e && i < e->n_members; i++)
+        if (e->members[i] == m)
             return 1;
     return 0;
 }
@@ -344,7 +423,7 @@ static int member_add_locked(route_member *m, const void *data, size_t size)
     if (size)
         memcpy(copy, data, size);
     uc_frame f = {copy, size};
-    int fresh = trie_add(r, &f, m);
+    int fresh = table_add(r, &f, m);
     if (fresh < 0) {
         free(copy);
         return fresh;
@@ -358,7 +437,7 @@ static void member_remove_locked(route_member *m, size_t i)
 {
     uc_route *r = m->r;
     uc_frame f = m->prefixes[i];
-    if (trie_remove(&r->root, &f, 0, m))
+    if (table_remove(r, &f, m))
         carrier_change(r, &f, 0); /* fails only once the carrier is closing */
     m->prefixes[i] = m->prefixes[--m->n_prefixes];
     free((void *)f.data);
@@ -383,6 +462,15 @@ static int member_leave_locked(route_member *m)
 
 /* ---- members: the source's ops ---------------------------------------- */
 
+/* A member's received counters are written by its carrier's thread alone:
+ * a relaxed load and store, not a locked add. */
+static inline void member_count(uc_sub *s, int stat, uint64_t v)
+{
+    atomic_store_explicit(&s->stats[stat],
+                          atomic_load_explicit(&s->stats[stat], memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
 static size_t member_run(uc_sub *s, int timeout_ms, size_t max_messages)
 {
     (void)timeout_ms;
@@ -397,10 +485,10 @@ static size_t member_run(uc_sub *s, int timeout_ms, size_t max_messages)
     uint64_t zmq_msgs = 0;
     for (size_t i = 0; i < n; i++)
         zmq_msgs += !part[i].wire || i == 0 || part[i - 1].wire != part[i].wire;
-    atomic_fetch_add_explicit(&s->stats[UC_STAT_ZMQ_RECEIVED], zmq_msgs, memory_order_relaxed);
+    member_count(s, UC_STAT_ZMQ_RECEIVED, zmq_msgs);
     while (done < n && !uc_sub_stopping(s)) {
         size_t k = n - done < s->batch ? n - done : s->batch, taken = 0;
-        atomic_fetch_add_explicit(&s->stats[UC_STAT_RECEIVED], k, memory_order_relaxed);
+        member_count(s, UC_STAT_RECEIVED, k);
         int verdict = uc_sub_hand_over(s, part + done, k, &taken);
         done += taken;
         if (taken < k) {
@@ -548,7 +636,7 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
         uc_sub_retain(s); /* the table's */
         m->in_table = 1;
         r->n_members++;
-        snprintf(s->last_endpoint, sizeof s->last_endpoint, "%s", r->carrier->last_endpoint);
+        s->last_endpoint = r->carrier->last_endpoint; /* the carrier outlives its members */
         for (size_t i = 0; i < o->n_topics && rc == UC_OK; i++)
             rc = member_add_locked(m, o->topics[i].data ? o->topics[i].data : "", o->topics[i].size);
         if (ticket)
@@ -617,16 +705,14 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     return 0;
 }
 
-/* Under r->mu: note the members of node n for message i. */
-static int visit(uc_route *r, const rnode *n, size_t i)
+/* Under r->mu: note the members of entry e for message i. */
+static int visit(uc_route *r, const rentry *e, size_t i)
 {
-    if (n->n_members == 0)
-        return 0;
-    if (grow((void **)&r->pairs, &r->cap_pairs, r->n_pairs + n->n_members, sizeof *r->pairs) ||
-        grow((void **)&r->touched, &r->cap_touched, r->n_touched + n->n_members, sizeof *r->touched))
+    if (grow((void **)&r->pairs, &r->cap_pairs, r->n_pairs + e->n_members, sizeof *r->pairs) ||
+        grow((void **)&r->touched, &r->cap_touched, r->n_touched + e->n_members, sizeof *r->touched))
         return -1;
-    for (size_t k = 0; k < n->n_members; k++) {
-        route_member *m = n->members[k];
+    for (size_t k = 0; k < e->n_members; k++) {
+        route_member *m = e->members[k];
         if (m->mark != r->epoch) {
             m->mark = r->epoch;
             m->count = 0;
@@ -648,21 +734,25 @@ size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
     r->n_touched = 0;
     r->n_pairs = 0;
     uint64_t lost = 0;
-    for (size_t i = 0; i < n; i++) {
-        const rnode *node = &r->root;
+    const size_t *lengths = r->lengths;
+    for (size_t i = 0; i < n && r->n_entries; i++) {
+        /* The topic's hash grows a byte at a time; looked up at each length
+         * some prefix has (the cost: the topic's length, and a probe per
+         * length in use, whatever the number of members). */
         const uc_frame *t = &batch[i].topic;
-        if (visit(r, node, i) < 0) {
-            lost++;
-            continue;
-        }
-        for (size_t j = 0; j < t->size; j++) {
-            node = node_child(node, (unsigned char)t->data[j], NULL);
-            if (!node)
-                break;
-            if (visit(r, node, i) < 0) {
-                lost++;
-                break;
+        size_t top = t->size < r->n_lengths - 1 ? t->size : r->n_lengths - 1;
+        uint64_t h = HASH_START;
+        for (size_t len = 0;; len++) {
+            if (lengths[len]) {
+                const rentry *e = table_find(r, h, t->data, len);
+                if (e && visit(r, e, i) < 0) {
+                    lost++;
+                    break;
+                }
             }
+            if (len == top)
+                break;
+            h = hash_step(h, (unsigned char)t->data[len]);
         }
     }
     for (size_t k = 0; k < r->n_touched; k++)
@@ -702,9 +792,9 @@ int uc_route_hand_out(uc_route *r)
             m->part = &r->out[m->offset];
             m->part_n = m->count;
             size_t got = 0;
-            /* UC_ERR_CLOSED: closed since the table was read; not its
-             * message any more. */
-            uc_sub_poll_some(&m->sub, 0, 0, &got);
+            /* No lock of the member's (uc_sub_poll_shared).  UC_ERR_CLOSED:
+             * closed since the table was read; not its message any more. */
+            uc_sub_poll_shared(&m->sub, &got);
             m->part = NULL;
             m->part_n = 0;
             uc_route_member_exit(&m->sub);
@@ -735,14 +825,10 @@ void uc_route_carrier_ended(uc_route *r)
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&r->mu);
     r->closed = 1;
-    size_t depth_cap = 64, top = 0;
-    const rnode **stack = malloc(depth_cap * sizeof *stack);
-    if (stack)
-        stack[top++] = &r->root;
-    while (stack && top) {
-        const rnode *node = stack[--top];
-        for (size_t k = 0; k < node->n_members; k++) {
-            route_member *m = node->members[k];
+    for (size_t i = 0; i < r->cap_slots; i++) {
+        const rentry *e = r->slots[i].e;
+        for (size_t k = 0; e && k < e->n_members; k++) {
+            route_member *m = e->members[k];
             if (m->mark == (uint64_t)-1)
                 continue; /* a member with several prefixes: once */
             if (grow((void **)&all, &cap, n + 1, sizeof *all) == 0) {
@@ -751,13 +837,7 @@ void uc_route_carrier_ended(uc_route *r)
                 all[n++] = m;
             }
         }
-        if (grow((void **)&stack, &depth_cap, top + node->n_kids, sizeof *stack)) {
-            break;
-        }
-        for (unsigned k = 0; k < node->n_kids; k++)
-            stack[top++] = node->kids[k];
     }
-    free(stack);
     pthread_mutex_unlock(&r->mu);
     for (size_t k = 0; k < n; k++) {
         uc_sub_close(&all[k]->sub, 0);

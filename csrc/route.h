@@ -5,7 +5,7 @@
  * (sub_zmq.c) whose deliver hands each batch to uc_route_deliver.  Its
  * members are subscriptions too (struct uc_sub, the same life cycle, stats,
  * close and free as any other), whose source is the router: the carrier's
- * loop matches each message's topic against a trie of the members'
+ * loop matches each message's topic against a hash table of the members'
  * prefixes (every member with a prefix of the topic gets it, as separate
  * SUB sockets would; the cost is the topic's length, not the number of
  * members), groups the batch per member, in order, and hands each member

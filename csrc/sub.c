@@ -191,7 +191,9 @@ static void sub_finish(uc_sub *s)
 
 static void request_stop(uc_sub *s)
 {
-    atomic_store_explicit(&s->stop, 1, memory_order_release);
+    /* seq_cst: a closer then reads polling, which uc_sub_poll_shared sets
+     * before it reads stop (neither may pass the other). */
+    atomic_store_explicit(&s->stop, 1, memory_order_seq_cst);
     uc_efd_signal(s->efd);
 }
 
@@ -201,19 +203,29 @@ static int wait_locked(uc_sub *s, int timeout_ms, int caller_mode)
     struct timespec deadline;
     if (timeout_ms >= 0)
         uc_deadline_after(&deadline, timeout_ms);
+    /* Told before polling is read: a hand-out clearing it without mu
+     * (uc_sub_poll_shared) then wakes us. */
+    if (caller_mode)
+        atomic_fetch_add(&s->polling_waiters, 1);
+    int rc = 0;
     for (;;) {
-        int done = caller_mode ? !s->polling
+        int done = caller_mode ? !atomic_load(&s->polling)
                                : atomic_load_explicit(&s->finished, memory_order_relaxed);
         if (done)
-            return 0;
-        int rc = timeout_ms < 0 ? pthread_cond_wait(&s->cv, &s->mu)
-                                : pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
+            break;
+        rc = timeout_ms < 0 ? pthread_cond_wait(&s->cv, &s->mu)
+                            : pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
         if (rc == ETIMEDOUT) {
-            done = caller_mode ? !s->polling
+            done = caller_mode ? !atomic_load(&s->polling)
                                : atomic_load_explicit(&s->finished, memory_order_relaxed);
-            return done ? 0 : ETIMEDOUT;
+            rc = done ? 0 : ETIMEDOUT;
+            break;
         }
+        rc = 0;
     }
+    if (caller_mode)
+        atomic_fetch_sub(&s->polling_waiters, 1);
+    return rc;
 }
 
 /* ---- open ------------------------------------------------------------- */
@@ -231,6 +243,7 @@ uc_sub *uc_sub_new(size_t size, const uc_sub_ops *ops, uc_bus *bus, const uc_sub
         return NULL;
     }
     s->ops = ops;
+    s->last_endpoint = ""; /* until the source's open sets its own */
     s->efd = -1;
     s->batch = o->batch;
     s->deliver = o->deliver;
@@ -397,6 +410,39 @@ static int sub_poll(uc_sub *s, int timeout_ms, size_t max_messages, int some, si
     if (delivered)
         *delivered = n;
     sub_release(s);
+    return UC_OK;
+}
+
+int uc_sub_poll_shared(uc_sub *s, size_t *delivered)
+{
+    *delivered = 0;
+    /* seq_cst store then load (request_stop's store, then a closer's load
+     * of polling, are the other half). */
+    atomic_store(&s->polling, 1);
+    if (atomic_load(&s->stop) || atomic_load_explicit(&s->finished, memory_order_relaxed)) {
+        atomic_store(&s->polling, 0);
+        if (atomic_load(&s->polling_waiters)) {
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+        return UC_ERR_CLOSED;
+    }
+    const uc_sub *prev = uc_current;
+    uc_current = s;
+    *delivered = s->ops->run(s, 0, 0);
+    uc_current = prev;
+    atomic_store(&s->polling, 0);
+    if (atomic_load(&s->stop) || atomic_load(&s->polling_waiters)) {
+        /* Rare: stopped during the run (its own target, or a closer that
+         * saw polling and left the end to us), or a closer waits. */
+        pthread_mutex_lock(&s->mu);
+        if (uc_sub_stopping(s) && !atomic_load_explicit(&s->finished, memory_order_relaxed))
+            sub_finish(s);
+        else
+            pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
     return UC_OK;
 }
 

@@ -248,7 +248,7 @@ uc_sub *uc_synth_open(uc_bus *bus, const uc_sub_opts *o, const uc_synth_opts *so
         y->msgs[i].payload.size = len;
         y->msgs[i].n_frames = 1;
     }
-    strcpy(s->last_endpoint, "synthetic");
+    s->last_endpoint = "synthetic";
     return uc_sub_start(s, o, err);
 }
 

@@ -54,8 +54,9 @@ typedef struct zmq_source {
     int bound;
     size_t n_endpoints;         /* asked for */
     size_t n_attached;          /* endpoints bound or connected (all, once open) */
-    char (*more)[UC_ENDPOINT_MAX]; /* endpoints after the first, as resolved
-                                   (the first: sub.last_endpoint) */
+    char first[UC_ENDPOINT_MAX];   /* the first endpoint as resolved
+                                   (sub.last_endpoint) */
+    char (*more)[UC_ENDPOINT_MAX]; /* endpoints after the first, as resolved */
     const char **resolved;      /* [i]: the i-th endpoint as resolved ("" until) */
     uc_bus_sock *bs;            /* [i]: what the bus knows of the i-th endpoint */
     uc_mon mon;                 /* connection events: read by the socket's owner */
@@ -102,7 +103,7 @@ static size_t pool_capacity(size_t batch)
  * source keeps its endpoint, uc_sub_last_endpoint). */
 static char *resolved_endpoint(zmq_source *z, size_t i)
 {
-    return i == 0 ? z->sub.last_endpoint : z->more[i - 1];
+    return i == 0 ? z->first : z->more[i - 1];
 }
 
 /* ---- receiving -------------------------------------------------------- */
@@ -668,6 +669,7 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
     if (!s)
         return NULL;
     zmq_source *z = (zmq_source *)s;
+    s->last_endpoint = z->first;
     z->plain_ext = o->plain_ext;
     z->with_sender = o->with_sender;
     z->changes_end = &z->changes;

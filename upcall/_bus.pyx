@@ -672,8 +672,10 @@ A zmq context and every subscription and publisher opened on it.
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
         sub.endpoint = ep_list[0]
-        sub.endpoints = tuple(ep_list)
-        sub._source = source
+        # A routed one: its router's tuple, and no source object kept (it
+        # is only the open's; _routed says what it is): less memory each.
+        sub.endpoints = routed.router.endpoints if routed is not None else tuple(ep_list)
+        sub._source = source if routed is None else None
         sub._target = target
         sub._inbox = inbox
         sub._on_error = opts.on_error
@@ -708,7 +710,10 @@ A zmq context and every subscription and publisher opened on it.
             o.curve.zap_domain = <const char *>(<bytes>zap[2])
         o.deliver = _deliver
         o.ctx = &sub._st
-        sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
+        if routed is not None:
+            sub._events = routed.router.events
+        else:
+            sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
         o.on_event = _on_conn_event
         o.event_ctx = <void *>sub._events
         opt_array = _sockopt_array(sockopts)
@@ -738,6 +743,8 @@ A zmq context and every subscription and publisher opened on it.
             # Delivered on the router's thread, which adopts its thread
             # state once for all its subscriptions.
             o.on_exit = _routed_exit
+            if target_kind != TARGET_NATIVE:
+                o.deliver = <uc_deliver_fn><void *>_routed_deliver   # the hand-out holds the GIL
             sub._st.adopted = 1
             sub._run_name = sub._thread_name = routed.router.thread_name
             Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit

@@ -63,6 +63,16 @@ cdef int _route_deliver(void *ctx, const uc_msg *batch, size_t n,
         return uc_route_hand_out(rs.r)
 
 
+cdef int _routed_deliver(void *ctx, const uc_msg *batch, size_t n,
+                         size_t *consumed) noexcept:
+    # A routed subscription's part of a batch (a Python callable or a
+    # Handler): called only from its router's hand-out, which holds the GIL
+    # for every subscription the batch reaches (_route_deliver), so it is a
+    # plain C call here, with no GIL crossing of its own.
+    cdef loop_state *st = <loop_state *>ctx
+    return _deliver_each(<Subscription>st.owner, batch, n, NULL, consumed)
+
+
 cdef void _route_exit(void *ctx) noexcept nogil:
     # The carrier's loop has ended: its subscriptions end here (their
     # _routed_exit runs on this thread), then the adopted thread state goes.
@@ -102,6 +112,11 @@ cdef class _Router:
     cdef readonly str thread_name
     cdef int _fork_generation
     cdef Decoder _decoder         # the built-in decoder its subscriptions share
+    # Its subscriptions' connection events: the shared socket's, none of
+    # their own (no on_event: bus.subscribe() routes none with one), so one
+    # sink for all of them rather than one each.
+    cdef _EventSink events
+    cdef tuple endpoints          # its subscriptions' `endpoints`, one tuple for all
 
     cdef Decoder shared_decoder(self, Decoder fresh, bint extensions):
         # extensions is part of the router's key: one kind of decoder each.
@@ -165,6 +180,8 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     ep_bytes = [(<str>e).encode("utf-8") for e in ep_list]
     name = _next_thread_name()
     router.thread_name = name
+    router.endpoints = tuple(ep_list)
+    router.events = _EventSink(f"subscription {', '.join(ep_list)}", None)
     rs = <route_state *>malloc(sizeof(route_state))
     if rs == NULL:
         raise MemoryError()

@@ -15,67 +15,10 @@ import threading
 import pytest
 
 import upcall
+from aio_helpers import LOOPS, flood, raiser_of as _raise, run, take, until
 from helpers import DEADLINE, fd_count, script_env, thread_count, wait_for
 
 pytestmark = pytest.mark.threads
-
-try:
-    import uvloop
-except ImportError:
-    uvloop = None
-
-LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
-    uvloop is None, reason="uvloop is not installed"))]
-
-
-def new_loop(kind):
-    return uvloop.new_event_loop() if kind == "uvloop" else asyncio.new_event_loop()
-
-
-def run(kind, coro):
-    """asyncio.run(coro) on a loop of this kind (asyncio.Runner is 3.11+)."""
-    loop = new_loop(kind)
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
-
-
-async def until(predicate, what, timeout=DEADLINE):
-    """Wait on the event loop until predicate() is truthy."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
-                                 f"{what() if callable(what) else what}")
-        await asyncio.sleep(0.002)
-
-
-async def take(sub, n):
-    """The next n messages of an AsyncSubscription."""
-    out = []
-    async for msg in sub:
-        out.append(msg)
-        if len(out) == n:
-            break
-    return out
-
-
-def flood(pub, messages, stop=None):
-    """Send messages from a thread (blocking sends: PUSH backpressure)."""
-    def body():
-        for topic, obj in messages:
-            if stop is not None and stop.is_set():
-                return
-            pub.send(topic, obj)
-    t = threading.Thread(target=body, name="test-flood", daemon=True)
-    t.start()
-    return t
-
 
 async def warm_up_async(pub, sub, topic=b"probe"):
     """PUB/SUB slow joiner: send probes until one comes out of the subscription."""
@@ -389,12 +332,6 @@ def test_bus_close_ends_the_iteration(endpoints, loop_kind):
 
 # Every way the delivery loop can end by itself, and how the iteration ends
 # then: StopAsyncIteration (None) or that exception, raised in the consumer.
-def _raise(exc_type):
-    def raiser(*args):
-        raise exc_type("from the test")
-    return raiser
-
-
 def _decoder_raising(exc_type):
     decode = upcall.Decoder().decode
 

@@ -13,7 +13,7 @@ import pytest
 
 import upcall
 from helpers import DEADLINE, wait_for
-from test_aio import LOOPS, _raise, flood, run, until
+from aio_helpers import LOOPS, flood, raiser_of as _raise, run, until
 
 
 async def waiting(sub):

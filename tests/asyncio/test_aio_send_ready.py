@@ -17,7 +17,7 @@ import pytest
 import upcall
 import upcall.aio
 from helpers import DEADLINE, wait_for
-from test_aio import LOOPS, take, until, uvloop
+from aio_helpers import LOOPS, take, until, uvloop
 
 
 def counting_loop(kind):

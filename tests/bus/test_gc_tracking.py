@@ -14,7 +14,7 @@ import pytest
 
 import upcall
 from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
-from test_aio import LOOPS, flood, run, take, until
+from aio_helpers import LOOPS, flood, run, take, until
 
 pytestmark = pytest.mark.threads
 

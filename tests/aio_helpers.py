@@ -1,0 +1,77 @@
+"""What the asyncio tests share (tests/asyncio/, tests/bus/test_gc_tracking.py):
+the event loops to run on, and waits and floods that keep to the loop."""
+import asyncio
+import threading
+
+import pytest
+
+from helpers import DEADLINE
+
+try:
+    import uvloop
+except ImportError:
+    uvloop = None
+
+try:
+    import uvloop
+except ImportError:
+    uvloop = None
+
+LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
+    uvloop is None, reason="uvloop is not installed"))]
+
+
+def new_loop(kind):
+    return uvloop.new_event_loop() if kind == "uvloop" else asyncio.new_event_loop()
+
+
+def run(kind, coro):
+    """asyncio.run(coro) on a loop of this kind (asyncio.Runner is 3.11+)."""
+    loop = new_loop(kind)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+async def until(predicate, what, timeout=DEADLINE):
+    """Wait on the event loop until predicate() is truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for "
+                                 f"{what() if callable(what) else what}")
+        await asyncio.sleep(0.002)
+
+
+async def take(sub, n):
+    """The next n messages of an AsyncSubscription."""
+    out = []
+    async for msg in sub:
+        out.append(msg)
+        if len(out) == n:
+            break
+    return out
+
+
+def flood(pub, messages, stop=None):
+    """Send messages from a thread (blocking sends: PUSH backpressure)."""
+    def body():
+        for topic, obj in messages:
+            if stop is not None and stop.is_set():
+                return
+            pub.send(topic, obj)
+    t = threading.Thread(target=body, name="test-flood", daemon=True)
+    t.start()
+    return t
+
+
+def raiser_of(exc_type):
+    """A callable raising exc_type, whatever it is called with."""
+    def raiser(*args):
+        raise exc_type("from the test")
+    return raiser
