@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -37,11 +38,20 @@ from bench import report
 
 DEFAULT_S = [1, 10, 100, 1000, 10000]
 SOCKET_LIMIT_S = 1000
+# What one subscription with a socket of its own holds: its SUB socket and
+# its connection monitor's pair (libzmq sockets); those, the connection and
+# libzmq's mailboxes (file descriptors; 5 were counted at S = 100).
+SOCKETS_PER_SUB = 3
+FDS_PER_SUB = 6
 PREFIX = b"r%05d."
 
+# The flooder ends when the row that started it does (it would otherwise
+# wait for subscriptions for ever, holding the row's stdout open, and the
+# benchmark with it).
 FLOODER = r"""
-import sys, zmq
+import os, sys, zmq
 n, s, payload = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+row = os.getppid()
 ctx = zmq.Context()
 x = ctx.socket(zmq.XPUB)
 x.sndhwm = 0
@@ -49,11 +59,16 @@ port = x.bind_to_random_port("tcp://127.0.0.1")
 print(port, flush=True)
 seen = set()
 while len(seen) < s:
+    if not x.poll(1000):
+        if os.getppid() != row:
+            sys.exit("the row ended before subscribing")
+        continue
     m = x.recv()
     if m[:1] == b"\x01":
         seen.add(m[1:])
 print("subscribed", flush=True)
-sys.stdin.readline()
+if not sys.stdin.readline():
+    sys.exit("the row ended before the flood")
 topics = [b"r%05d." % i for i in range(s)]
 send = x.send
 MORE = zmq.SNDMORE
@@ -75,6 +90,14 @@ def add_arguments(parser) -> None:
                    help="messages per row (default 400,000; quick 40,000; full 2,000,000)")
 
 
+def _raise_fd_limit(need: int) -> None:
+    """The soft descriptor limit up to need (at most the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY
+                                                    else min(need, hard), hard))
+
+
 def _rss_kb() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
@@ -82,7 +105,6 @@ def _rss_kb() -> int:
 
 def _row(mode: str, s: int, n: int) -> dict:
     """One row, in this process (a fresh one: see run)."""
-    import upcall
     from bench.workload import small_payload
     payload = small_payload()
     n -= n % s
@@ -103,8 +125,25 @@ def _row(mode: str, s: int, n: int) -> dict:
     flooder = subprocess.Popen([sys.executable, "-c", FLOODER, str(n), str(s), payload.hex()],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                cwd="/")
+    try:
+        return _measure(mode, s, n, per, flooder, make_target, counts, gate, done)
+    finally:
+        if flooder.poll() is None:
+            flooder.kill()
+            flooder.wait()
+
+
+def _measure(mode, s, n, per, flooder, make_target, counts, gate, done) -> dict:
+    import upcall
     ep = "tcp://127.0.0.1:%s" % flooder.stdout.readline().strip()
-    bus = upcall.Bus(max_sockets=max(1023, s + 16)) if mode != "pyzmq+dict" else None
+    bus = None
+    if mode == "sockets":
+        # A subscription of its own is SOCKETS_PER_SUB libzmq sockets and up
+        # to FDS_PER_SUB descriptors: room for S of them.
+        bus = upcall.Bus(max_sockets=max(1023, SOCKETS_PER_SUB * s + 16))
+        _raise_fd_limit(FDS_PER_SUB * s + 256)
+    elif mode == "routed":
+        bus = upcall.Bus()
     rss0 = _rss_kb()
     threads0 = len(os.listdir("/proc/self/task"))
     fds0 = len(os.listdir("/proc/self/fd"))
