@@ -32,7 +32,7 @@ THREAD_ENV_DEPS := pyproject.toml $(wildcard meson.build meson.options csrc/meso
 # The main run has more: three of its workers spend their first minutes
 # waiting on the builds of tests/packaging/ (tests marked build go first).
 TEST_WORKERS ?= 6
-THREAD_WORKERS ?= 4
+THREAD_WORKERS ?= 3
 # The threaded matrix (soak, huge and portable run only when -m names them:
 # tests/conftest.py).
 THREADS_MARK := threads
@@ -67,13 +67,17 @@ deps: .deps.stamp
 	@touch $@
 
 # --- the Python package ----------------------------------------------------
+# pip compiles every installed module to bytecode up front (mypy, numpy,
+# matplotlib: half of an install's CPU); Python compiles what is imported,
+# once, when it is imported.
+PIP_NO_COMPILE := --no-compile
 # The package in editable mode (meson-python): `import upcall` rebuilds what
 # changed in build/py first, so no build output lands in the source tree.
 $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(BUILD_REQUIRES)
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[bench,plot]" --group test --group dist
+	$(PY) -m pip install -q $(PIP_NO_COMPILE) $(BUILD_REQUIRES)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q $(PIP_NO_COMPILE) --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[bench,plot]" --group test --group dist
 	@touch $@
 
 # Always up to date after this: the extension modules, and the benchmark's C
@@ -129,7 +133,7 @@ MATRIX_BUILD := -Csetup-args=-Ddev_targets=false -Csetup-args=-Doptimization=1
 	[ -x .venv-$*/bin/python ] || $$py -m venv .venv-$* || exit 1; \
 	echo "== installing upcall for CPython $* ($$py)"; \
 	.venv-$*/bin/python -m pip install -q --disable-pip-version-check "pip>=25.1" && \
-	.venv-$*/bin/python -m pip install -q --disable-pip-version-check $(MATRIX_BUILD) . --group test
+	.venv-$*/bin/python -m pip install -q --disable-pip-version-check $(PIP_NO_COMPILE) $(MATRIX_BUILD) . --group test
 	@touch $@
 
 # Ctrl-C while delivery runs, STRESS_RUNS times in a row (default 200) per
