@@ -82,8 +82,13 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 
 # Always up to date after this: the extension modules, and the benchmark's C
 # floors in build/py/bench/ (what an import would rebuild, built now).
+# With the ninja `import upcall` rebuilds with (meson-python's editable
+# loader: .venv's, from BUILD_REQUIRES), not the first on PATH: two ninja
+# versions log their commands differently, each took the other's build for
+# stale, and every `make build` after an import (and the import after it)
+# rebuilt everything.
 build: $(VENV)/.installed
-	$(MESON) compile -C $(BUILD_DIR)
+	$(VENV)/bin/ninja -C $(BUILD_DIR)
 
 # The threaded matrix runs beside the main run, its environments built from
 # the start, while .venv is set up: most tests wait on sockets, threads and
