@@ -102,13 +102,8 @@ def test_asyncio_tracking(endpoints, loop_kind, how):
     run(loop_kind, main())
 
 
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
-    # While queued, a plain message is its bytes: the event loop decodes it
-    # when the consumer takes it, so there is nothing queued for the
-    # collector to walk; a message handed out is tracked as the decoder
-    # made it.
-    n = 50
+def recording_decoder():
+    """The built-in decoder, recording every object it makes: (made, decoder)."""
     made = []
     decode = upcall.Decoder().decode
 
@@ -116,6 +111,17 @@ def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
         obj = decode(payload)
         made.append(obj)
         return obj
+    return made, decoder
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
+    # While queued, a plain message is its bytes: the event loop decodes it
+    # when the consumer takes it, so there is nothing queued for the
+    # collector to walk; a message handed out is tracked as the decoder
+    # made it.
+    n = 50
+    made, decoder = recording_decoder()
 
     async def main():
         with upcall.Bus() as bus:
@@ -139,13 +145,7 @@ def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
 def test_asyncio_dropped_messages_are_never_decoded(endpoints, loop_kind):
     # A kind="sub" queue that is full drops a plain message as bytes: the
     # decoder never sees it, no object is made for it.
-    made = []
-    decode = upcall.Decoder().decode
-
-    def decoder(payload):
-        obj = decode(payload)
-        made.append(obj)
-        return obj
+    made, decoder = recording_decoder()
 
     async def main():
         with upcall.Bus() as bus:
