@@ -211,8 +211,7 @@ def _close_all_at_exit():
     non-daemon threads (so a loop running on an executor's thread is stopped
     before the executor waits for it) and long before finalization.
     """
-    global _exiting
-    _exiting = 1          # loops stop instead of starting another batch
+    uc_set_exiting()      # loops stop instead of starting another batch
     for bus in list(_open_buses):
         try:
             bus.close(timeout=EXIT_TIMEOUT)

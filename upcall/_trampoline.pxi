@@ -32,9 +32,18 @@ cdef enum:
     GIL_PER_UPCALL = 1
 
 # Set when the bus registry closes everything at exit: from then on a loop
-# stops instead of entering Python.  A plain int read without the GIL: a stale
-# read costs at most one more batch, which the closing code waits for.
-cdef int _exiting = 0
+# stops instead of entering Python.  Read without the GIL by delivery and
+# monitor threads: a relaxed atomic (a plain int was a data race TSan
+# reported against the connection-event thread); a stale read costs at most
+# one more batch, which the closing code waits for.
+cdef extern from *:
+    """
+    static int uc_exiting_flag;
+    static inline int uc_exiting(void) { return __atomic_load_n(&uc_exiting_flag, __ATOMIC_RELAXED); }
+    static inline void uc_set_exiting(void) { __atomic_store_n(&uc_exiting_flag, 1, __ATOMIC_RELAXED); }
+    """
+    int uc_exiting() noexcept nogil
+    void uc_set_exiting() noexcept nogil
 
 cdef struct loop_state:
     PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
@@ -65,7 +74,7 @@ cdef enum:
 
 
 cdef inline bint _python_gone() noexcept nogil:
-    return _exiting or uc_py_finalizing()
+    return uc_exiting() or uc_py_finalizing()
 
 
 cdef int _deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed) noexcept nogil:
