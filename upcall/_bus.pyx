@@ -937,24 +937,30 @@ A zmq context and every subscription and publisher opened on it.
         have passed.
 
         The way for a program that only subscribes to wait for Ctrl-C: the
-        wait runs in slices of at most 200 ms with the signal handlers run in
-        between, so KeyboardInterrupt is raised here even for a signal that
-        landed just before the wait began, which ``threading.Event().wait()``
-        or ``signal.pause()`` can miss (CPython runs the handler, then goes
-        to sleep with nothing left to wake it).
+        wait sleeps in slices of at most _WAIT_POLL_MS with the signal
+        handlers run in between, so KeyboardInterrupt is raised here even for
+        a signal that landed just before the wait began, which
+        ``threading.Event().wait()`` or ``signal.pause()`` can miss (CPython
+        runs the handler, then goes to sleep with nothing left to wake it).
+        It holds no lock while a signal can interrupt it: a KeyboardInterrupt
+        raised inside ``Event.wait`` (CPython 3.10: between the Condition's
+        acquire and its ``__enter__`` returning) left the Event's lock held,
+        and the close at exit, setting that Event, waited for it for ever.
         """
         cdef int total_ms = _timeout_ms(timeout, "timeout")
         self._check_process()
         deadline = None if total_ms < 0 else time.monotonic() + total_ms / 1000.0
+        closing = self._closing
         while True:
-            slice_s = _SIGNAL_SLICE_MS / 1000.0
+            if closing.is_set():             # reads a flag: takes no lock
+                return True
+            slice_s = _WAIT_POLL_MS / 1000.0
             if deadline is not None:
                 slice_s = min(slice_s, max(0.0, deadline - time.monotonic()))
-            if self._closing.wait(slice_s):
-                return True
+            time.sleep(slice_s)              # a signal's handler raises here, no lock held
             PyErr_CheckSignals()
             if deadline is not None and time.monotonic() >= deadline:
-                return self._closing.is_set()
+                return closing.is_set()
 
     def close(self, timeout=None):
         """Close every subscription and publisher, then the zmq context.

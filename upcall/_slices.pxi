@@ -5,6 +5,9 @@
 
 # A long wait wakes at least this often to let signals (Ctrl-C) in.
 cdef int _SIGNAL_SLICE_MS = 200
+# Bus.wait()'s sleep between two looks at the bus's closing flag: how late it
+# may return after a close (it cannot wait on the Event's lock: see there).
+cdef int _WAIT_POLL_MS = 20
 
 
 # Steps of a wait in signal slices (see _in_signal_slices): run the C call on
