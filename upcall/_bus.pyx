@@ -937,7 +937,7 @@ A zmq context and every subscription and publisher opened on it.
         have passed.
 
         The way for a program that only subscribes to wait for Ctrl-C: the
-        wait sleeps in slices of at most _WAIT_POLL_MS with the signal
+        wait sleeps in slices of at most 20 ms with the signal
         handlers run in between, so KeyboardInterrupt is raised here even for
         a signal that landed just before the wait began, which
         ``threading.Event().wait()`` or ``signal.pause()`` can miss (CPython
