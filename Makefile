@@ -1,7 +1,7 @@
 # upcall: the two commands are `make test` and `make bench`.
-# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
-# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
-# tests), a virtual environment .venv, the package in editable mode with its
+# Each one installs what it needs: the system packages tools/install-deps.sh
+# lists (compiler, Python headers and venv, libzmq, liblz4 and libzstd
+# headers, iproute2, nftables) when missing, a virtual environment .venv, the package in editable mode with its
 # test and dist dependency groups and its bench and plot extras.
 
 PYTHON      ?= python3
@@ -42,28 +42,14 @@ THREADS_MARK := threads
 all: build
 
 # --- system packages -------------------------------------------------------
-# pkg-config name:Debian package.  libzmq is required; liblz4 and libzstd are
-# optional for a build (meson.options) but the tests use both codecs.
-PKG_DEPS := libzmq:libzmq3-dev liblz4:liblz4-dev libzstd:libzstd-dev
+# tools/install-deps.sh: what is missing, in one apt-get run.  Once, before
+# anything runs in parallel: `test` makes the stamp before its -j3 sub-make,
+# where .venv and the matrix environments would otherwise both start it and
+# the second apt-get would fail on dpkg's lock.
 deps: .deps.stamp
-# Again when this file changes: a machine that ran it before gets what was added since.
-.deps.stamp: Makefile
-	@for pair in $(PKG_DEPS); do \
-	  pc=$${pair%%:*}; deb=$${pair#*:}; \
-	  if ! pkg-config --exists $$pc 2>/dev/null; then \
-	    echo "$$pc not found by pkg-config: installing $$deb with apt-get"; \
-	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	    $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$deb pkg-config >/dev/null; \
-	  fi; \
-	  pkg-config --exists $$pc || { echo "$$pc still missing"; exit 1; }; \
-	done
-	@if ! command -v ip >/dev/null 2>&1; then \
-	  echo "ip not found: installing iproute2 with apt-get (tests/bus/test_netns.py)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 >/dev/null; \
-	fi
+# Again when the list changes: a machine that ran it before gets what was added since.
+.deps.stamp: tools/install-deps.sh
+	tools/install-deps.sh $(PYTHON)
 	@touch $@
 
 # --- the Python package ----------------------------------------------------
@@ -87,8 +73,11 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 # versions log their commands differently, each took the other's build for
 # stale, and every `make build` after an import (and the import after it)
 # rebuilt everything.
+# `+`: ninja joins make's jobserver (under `make -j`, its jobs count among
+# make's), where without it ninja finds the jobserver named in MAKEFLAGS but
+# not its descriptors, and says so.
 build: $(VENV)/.installed
-	$(VENV)/bin/ninja -C $(BUILD_DIR)
+	+$(VENV)/bin/ninja -C $(BUILD_DIR)
 
 # The threaded matrix runs beside the main run, its environments built from
 # the start, while .venv is set up: most tests wait on sockets, threads and
@@ -96,7 +85,7 @@ build: $(VENV)/.installed
 # the main run and the matrix; `-n`: pytest-xdist, workers as
 # above; --dist loadgroup keeps a module that builds its files once
 # (tests/packaging/, tests/conftest.py) on one worker.
-test:
+test: .deps.stamp
 	@$(MAKE) --no-print-directory -j3 ctest test-main test-threads-all
 
 .PHONY: test-main
@@ -162,6 +151,16 @@ bench: build
 
 bench-full: build
 	$(PY) bench_upcalls.py --full $(BENCH_ARGS)
+
+# The two commands on a machine that has never seen upcall: a fresh Debian
+# 12 root (debootstrap, cached in ~/.cache/upcall-fresh-root) with only
+# README.md's prerequisites, this checkout's HEAD cloned into it, `make test`
+# and `make bench BENCH_ARGS=--quick` run there (no pyenv inside: the
+# matrix of other CPythons runs nothing).  Not part of `make test` (half an
+# hour, and root for debootstrap and the chroot).
+.PHONY: test-fresh-root
+test-fresh-root:
+	tools/test-fresh-root.sh
 
 # --- distribution files ----------------------------------------------------
 # dist/: the sdist and the self-contained Linux wheel built from it (auditwheel
