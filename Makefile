@@ -1,8 +1,9 @@
 # upcall: the two commands are `make test` and `make bench`.
 # Each one installs what it needs: the system packages tools/install-deps.sh
 # lists (compiler, Python headers and venv, libzmq, liblz4 and libzstd
-# headers, iproute2, nftables) when missing, a virtual environment .venv, the package in editable mode with its
-# test and dist dependency groups and its bench and plot extras.
+# headers, iproute2, nftables) when missing, a virtual environment .venv,
+# the package in editable mode with its test, dist and bench dependency
+# groups.
 
 PYTHON      ?= python3
 VENV        := .venv
@@ -63,7 +64,7 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_NO_COMPILE) $(BUILD_REQUIRES)
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q $(PIP_NO_COMPILE) --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e ".[bench,plot]" --group test --group dist
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH CYTHON=$(CURDIR)/$(VENV)/bin/cython $(PY) -m pip install -q $(PIP_NO_COMPILE) --no-build-isolation -Cbuild-dir=$(BUILD_DIR) -e . --group test --group dist --group bench
 	@touch $@
 
 # Always up to date after this: the extension modules, and the benchmark's C
@@ -73,11 +74,17 @@ $(VENV)/.installed: pyproject.toml meson.build meson.options | .deps.stamp
 # versions log their commands differently, each took the other's build for
 # stale, and every `make build` after an import (and the import after it)
 # rebuilt everything.
-# `+`: ninja joins make's jobserver (under `make -j`, its jobs count among
-# make's), where without it ninja finds the jobserver named in MAKEFLAGS but
-# not its descriptors, and says so.
+# Under `make -j`, MAKEFLAGS names make's jobserver and ninja (1.13) joins
+# it: `+` keeps the jobserver open for this recipe (without it ninja found
+# the jobserver named but not its descriptors: "Could not initialize
+# jobserver").  GNU make 4.4's jobserver is a fifo, which ninja joins
+# silently; make 4.3's (Debian 12) is a pipe, which ninja accepts with a
+# warning that it is less reliable: there ninja is not told of it and runs
+# with its own job count, as it does outside make.
 build: $(VENV)/.installed
-	+$(VENV)/bin/ninja -C $(BUILD_DIR)
+	+@case " $$MAKEFLAGS" in *--jobserver-auth=fifo:*) ;; *) unset MAKEFLAGS MFLAGS;; esac; \
+	echo "$(VENV)/bin/ninja -C $(BUILD_DIR)"; \
+	$(VENV)/bin/ninja -C $(BUILD_DIR)
 
 # The threaded matrix runs beside the main run, its environments built from
 # the start, while .venv is set up: most tests wait on sockets, threads and

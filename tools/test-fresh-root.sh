@@ -46,6 +46,7 @@ if [ ! -s "$tarball" ] || [ "$(cat "$tarball.prerequisites" 2>/dev/null)" != "$p
 fi
 
 root=$(mktemp -d /var/tmp/upcall-fresh-root.XXXXXX)
+chmod 755 "$root"       # mktemp's 0700 would keep apt's _apt user out of the root's /
 cleanup() {
     if [ -z "${UPCALL_FRESH_KEEP:-}" ]; then rm -rf --one-file-system "$root"; else log "kept $root"; fi
 }
@@ -55,6 +56,19 @@ log "unpacking $tarball into $root"
 tar -C "$root" -xzf "$tarball"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mkdir -p "$root/src"
+# How this machine reaches PyPI, carried in: a CA bundle pip is told to
+# trust (PIP_CERT, as where TLS goes through an inspecting proxy), an index,
+# proxies.  Network settings of this machine, not prerequisites: a
+# newcomer's machine has its own.
+pass_env=""
+if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
+    cp "$PIP_CERT" "$root/etc/upcall-host-ca.crt"
+    pass_env="PIP_CERT=/etc/upcall-host-ca.crt"
+fi
+for v in PIP_INDEX_URL PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    eval "val=\${$v:-}"
+    if [ -n "$val" ]; then pass_env="$pass_env $v=$val"; fi
+done
 
 # The run inside, as a newcomer types it, timed.
 cat > "$root/root/fresh-run.sh" <<'EOF'
@@ -63,7 +77,7 @@ cd /root
 git clone -q /src upcall
 cd upcall
 echo "== git: $(git log -1 --format='%h %s')"
-echo "== python3 -V: $(python3 -V 2>&1 || echo none)"
+echo "== python3 before make: $(command -v python3 || echo none)"
 echo "== pyenv: none in this root, so make test-threads-all (the other CPythons) runs nothing"
 start=$(date +%s)
 make test
@@ -89,7 +103,8 @@ m "$r/dev" --bind /dev
 m "$r/dev/pts" --bind /dev/pts
 m "$r/dev/shm" -t tmpfs -o mode=1777 tmpfs
 m "$r/src" --bind -o ro "$src"
+# shellcheck disable=SC2086 # pass_env: one word per setting
 chroot "$r" env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin $3 \
     sh /root/fresh-run.sh
-' sh "$root" "$here"
+' sh "$root" "$here" "$pass_env"
