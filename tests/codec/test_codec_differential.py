@@ -24,6 +24,16 @@ values = st.recursive(
 )
 
 
+# Examples per property, sized for the per-test limit (pytest-timeout, 120 s)
+# on a machine kept busy by the whole suite: a nested value of up to 40
+# leaves costs hypothesis about 20 ms to make and shrink-track there (600
+# examples took 11.6 s at load average 16 on 2 cores, and past the limit at
+# load 14 under `make test`).  RECURSIVE keeps such a test near 3 s at that
+# load, leaving the limit ten times over; flat values cost a tenth as much.
+RECURSIVE = 150
+FLAT = 200
+
+
 def lists(x):
     """What a msgpack round trip gives back: tuples become lists."""
     if isinstance(x, (list, tuple)):
@@ -50,19 +60,19 @@ def mp_unpackb(data):
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=RECURSIVE, deadline=None)
 @given(values)
 def test_upcall_decodes_msgpack(x):
     assert same(upcall.unpackb(msgpack.packb(x, use_bin_type=True)), lists(x))
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=RECURSIVE, deadline=None)
 @given(values)
 def test_msgpack_decodes_upcall(x):
     assert same(mp_unpackb(upcall.packb(x)), lists(x))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=RECURSIVE, deadline=None)
 @given(values)
 def test_same_bytes_as_msgpack(x):
     # Both pick the smallest int/str/bin/array/map forms and float64 for
@@ -70,7 +80,7 @@ def test_same_bytes_as_msgpack(x):
     assert upcall.packb(x) == msgpack.packb(x, use_bin_type=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=FLAT, deadline=None)
 @given(st.integers(min_value=-(2**62), max_value=2**62), st.integers(0, 999_999_999))
 def test_timestamps_against_msgpack(sec, nsec):
     ours = upcall.packb(upcall.Timestamp(sec, nsec))
@@ -81,7 +91,7 @@ def test_timestamps_against_msgpack(sec, nsec):
     assert upcall.unpackb(theirs) == upcall.Timestamp(sec, nsec)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=FLAT, deadline=None)
 @given(st.integers(0, 127), st.binary(max_size=300))   # msgpack-python: codes 0..127 only
 def test_ext_against_msgpack(code, data):
     ours = upcall.packb(upcall.ExtType(code, data))
@@ -89,7 +99,7 @@ def test_ext_against_msgpack(code, data):
     assert upcall.unpackb(msgpack.packb(msgpack.ExtType(code, data))) == upcall.ExtType(code, data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=FLAT, deadline=None)
 @given(st.one_of(st.integers(min_value=2**64), st.integers(max_value=-(2**63) - 1)))
 def test_out_of_range_ints(x):
     with pytest.raises(OverflowError):

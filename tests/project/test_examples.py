@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import DEV_MODE, script_env
+from helpers import DEV_MODE, script_env, unexpected_stderr
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "examples")
@@ -72,10 +72,35 @@ def test_example_runs(name, tmp_path):
                     f"stderr={e.stderr!r}")
     report = f"{name}: status {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
-    assert proc.stderr == "", report
+    assert unexpected_stderr(proc.stderr) == "", report
     lines = proc.stdout.splitlines()
     at = 0
     for want in EXPECTED[name]:
         found = [i for i in range(at, len(lines)) if lines[i].startswith(want)]
         assert found, f"missing line starting with {want!r}\n{report}"
         at = found[0] + 1
+
+
+SLOW_CALLBACK_PROGRAM = """
+import asyncio, sys, time
+
+async def main():
+    time.sleep(0.3)      # holds the loop as a busy machine's scheduler can
+    sys.stderr.write(sys.argv[1])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("extra", ["", "a real complaint\n"], ids=["quiet", "complaint"])
+def test_asyncio_slow_callback_notes_are_not_a_failure(tmp_path, extra):
+    # Under -X dev asyncio logs any callback that held the loop past 0.1 s;
+    # a loaded machine makes them, so the stderr check ignores exactly
+    # those lines and still sees anything else.
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_CALLBACK_PROGRAM)
+    proc = subprocess.run([sys.executable, *DEV_MODE, str(script), extra], cwd=tmp_path,
+                          env=script_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Executing <Task" in proc.stderr and " took " in proc.stderr, proc.stderr
+    assert unexpected_stderr(proc.stderr) == extra.rstrip("\n"), proc.stderr
