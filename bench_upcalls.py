@@ -8,6 +8,10 @@
     python bench_upcalls.py --routing       # many subscriptions on one endpoint
     python bench_upcalls.py --quick --json out.json --plot out.png   # under a minute
 
+Plots are drawn by default, one per section, into build/bench/bench-<section>.png
+under the current directory (``--plot FILE.png`` elsewhere, ``--no-plot`` none);
+without matplotlib the run says so and draws none.
+
 The default profile runs fewer messages and repeats, the bus over inproc and
 tcp only, and waits at most 2 s per run (60 s in all) for an idle machine;
 ``--full`` runs what PERF.md's figures come from: every transport, three
@@ -21,6 +25,7 @@ measured within one run; see PERF.md for how to read the tables.
 """
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -35,6 +40,9 @@ DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for
 IDLE_BUDGET = 60.0
 #: How long the default sections take on the 2-vCPU development machine.
 EXPECTED = {"quick": "under a minute", "default": "2 to 5 minutes", "full": "about 45 minutes"}
+#: Where the plots go unless --plot says otherwise (relative to the current
+#: directory; `make bench` runs in the tree, whose build/ git ignores).
+DEFAULT_PLOT = os.path.join("build", "bench", "bench.png")
 
 
 def main(argv=None):
@@ -51,13 +59,20 @@ def main(argv=None):
                         help="tables with whole (min-max) ranges, wider than 120 columns")
     parser.add_argument("--json", metavar="FILE", help="write one record per row")
     parser.add_argument("--plot", metavar="FILE.png",
-                        help="draw one figure per section, FILE-<section>.png (needs matplotlib)")
+                        help="draw one figure per section as FILE-<section>.png (needs matplotlib; "
+                             f"default {DEFAULT_PLOT})")
+    parser.add_argument("--no-plot", action="store_true", help="draw no figures")
     for mod in SECTIONS.values():
         mod.add_arguments(parser)
     opts = parser.parse_args(argv)
     if opts.full and opts.quick:
         parser.error("--full and --quick exclude each other")
+    if opts.plot and opts.no_plot:
+        parser.error("--plot and --no-plot exclude each other")
     report.WIDE = opts.wide
+    # --quick's counts are too small for its figures to mean much: it shows
+    # them beside their targets without saying met or missed.
+    report.JUDGE = not opts.quick
     profile = "quick" if opts.quick else "full" if opts.full else "default"
     if profile == "default":
         measure.set_idle_budget(IDLE_BUDGET)
@@ -81,11 +96,26 @@ def main(argv=None):
         with open(opts.json, "w") as f:
             json.dump(records, f, indent=1)
         print(f"\nwrote {len(records)} records to {opts.json}")
-    if opts.plot:
-        from bench.plot import plot
-        for path in plot(records, opts.plot):
-            print(f"wrote {path}")
+    if not opts.no_plot:
+        _plot(records, opts.plot)
     return 0
+
+
+def _plot(records, asked):
+    """One figure per section, at ``asked`` or the default place; without
+    matplotlib, an error when asked for, a note otherwise."""
+    from bench.plot import plot
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if asked:
+            raise
+        print("\nno plots: matplotlib is not installed (in a clone: pip install --group bench)")
+        return
+    path = asked or DEFAULT_PLOT
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    for written in plot(records, path):
+        print(f"wrote {written}")
 
 
 if __name__ == "__main__":

@@ -216,10 +216,12 @@ Terms:
   {COALESCED:<17} {COALESCE_K} messages per zmq message (docs/wire.md), split by the subscriber
   {CURVE:<17} native with a CURVE server, the flood a CURVE client ({PYZMQ_CURVE}: {REFERENCE}'s)
   native / caller   delivered on upcall's own thread / by sub.poll() on the main thread
-  x pyzmq, x C      ratio to the {REFERENCE} row / to {FLOOR}, same transport, same run
+  x pyzmq, x C      ratio to the {REFERENCE} row / to {FLOOR}, same transport, same run,
+                    of the column before it (msgs/s, CPU us/msg or p50 us)
   x syn, x C pp     ratio to {SYNTHETIC} (rate) / to {PINGPONG} (p50)
   ±N%               half of the repeats' spread (max - min) as a share of the median
-  [met] [MISSED]    whether the figure meets the target written beside it"""
+  [met] [MISSED]    whether the figure meets the target written beside it
+  [quick]           a figure beside its target, not judged: --quick's counts are too small"""
 
 
 def add_arguments(parser) -> None:
@@ -883,7 +885,7 @@ class BusBench(harness.Rig):
             report.Column("rate_synth_ratio", "x syn", fmt=report.fmt_ratio),
             report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
                           fmt=lambda s: rng(s, report.fmt_us), align=">"),
-            report.Column("cpu_ratio", "x pyzmq", fmt=report.fmt_ratio),
+            report.Column("cpu_ratio", "CPU x pyzmq", fmt=report.fmt_ratio),
             report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio, wide_only=True),
             report.Column("lost", "lost", wide_only=True),
         ]
@@ -891,7 +893,7 @@ class BusBench(harness.Rig):
             cols += [
                 report.Column("p50", "p50 us", get=lambda r: r["_s"]["p50"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),
-                report.Column("p50_ratio", "x pyzmq", fmt=report.fmt_ratio),
+                report.Column("p50_ratio", "p50 x pyzmq", fmt=report.fmt_ratio),
                 report.Column("p50_pingpong_ratio", "x C pp", fmt=report.fmt_ratio),
                 report.Column("p99", "p99 us", get=lambda r: r["_s"]["p99"],
                               fmt=lambda s: rng(s, report.fmt_us), align=">"),

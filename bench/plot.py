@@ -6,8 +6,10 @@ metric (the ones listed in :data:`METRICS` for that section, otherwise the
 numeric fields common to its records), with one group of bars per
 ``transport`` (or other grouping field) and one bar per row name (``mode``,
 ``codec``, ``variant`` ...).  A row keeps its colour in every panel, the
-colours are distinct (up to 40 rows), and one legend per figure, beside the
-panels, names the rows.  A section whose every row is in one group only (the
+colours are distinct, and one legend per figure, beside the panels, names
+the rows.  Past :data:`MAX_COLOURED_ROWS` row names (the bus section's
+modes), colours no longer tell rows apart: the names go on the axis, one
+band each, and the colours tell the groups.  A section whose every row is in one group only (the
 upcalls section: one row per variant) gets one horizontal bar per row
 instead, named on the axis and coloured by its group, which the legend names.
 A bar far above the rest is cut, its value written on it.  Records are the
@@ -56,6 +58,13 @@ GROUP_NAMES = {"upcalls": {"classic": "the classic table (adopt)",
 #: Error bar fields of a metric whose names do not follow ``<field>_min``.
 ERROR_FIELDS = {"ns_per_op": ("min_ns", "max_ns"), "mb_per_s": ("min_mb_per_s", "max_mb_per_s")}
 
+#: Most row names told apart by colour alone: past this (the bus section's
+#: 21 modes), the rows are named on the axis and the colours tell the groups.
+MAX_COLOURED_ROWS = 10
+#: A panel whose values span more than this factor is drawn on a log scale
+#: (where a linear one would have to cut the tallest bars).
+LOG_SPAN = 20.0
+
 #: Fields that name the bar within a group, and the group, tried in order.
 LABEL_FIELDS = ("mode", "variant", "codec", "impl", "label", "name", "target")
 GROUP_FIELDS = ("transport", "thread", "group", "case", "op")
@@ -95,7 +104,7 @@ def _import_pyplot():
         import matplotlib
     except ImportError as exc:
         raise RuntimeError("--plot needs matplotlib: pip install matplotlib "
-                           "(or the package's [plot] extra)") from exc
+                           "(or `pip install --group bench` in a clone)") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
@@ -221,6 +230,8 @@ def _figure(plt, name: str, recs: Sequence[dict], metrics):
                            if group_f else [[label_of(i, r) for i, r in enumerate(recs)]])
     if group_f and len(labels) == len(recs):
         return _rows_figure(plt, name, recs, metrics, label_f, group_f)
+    if group_f and len(labels) > MAX_COLOURED_ROWS:
+        return _by_label_figure(plt, name, recs, metrics, labels, label_of, label_f, group_f)
     colour = dict(zip(labels, _colours(len(labels))))
     groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs)) if group_f else [""]
     # The legend gets a column of its own on the right, as wide as its longest name.
@@ -320,6 +331,65 @@ def _rows_figure(plt, name: str, recs: Sequence[dict], metrics, label_f: str, gr
                [shown.get(g, g) for g in groups if g in handles],
                loc="center left", bbox_to_anchor=(1.0 - (legend_w - 0.1) / fig.get_figwidth(), 0.5),
                fontsize=7, title=group_f, title_fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1.0 - legend_w / fig.get_figwidth(), 0.95))
+    return fig
+
+
+def _by_label_figure(plt, name: str, recs: Sequence[dict], metrics, labels: list[str],
+                     label_of, label_f: str, group_f: str):
+    """Many row names, each in several groups (the bus section's modes over
+    each transport): one horizontal band per name, named on the axis, with
+    one bar per group in it, coloured by group (a few colours, which the
+    legend names).  A panel whose values span decades is on a log scale,
+    so that no bar is cut."""
+    groups = list(OrderedDict.fromkeys(str(r[group_f]) for r in recs))
+    colour = dict(zip(groups, _colours(len(groups))))
+    name_w = 0.9 + 0.065 * max(len(n) for n in labels)
+    legend_w = 0.9 + 0.065 * max(len(g) for g in groups + [group_f])
+    ncols = min(2, len(metrics))
+    nrows = -(-len(metrics) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False,
+                             figsize=((name_w + 4.2) * ncols + legend_w,
+                                      (1.0 + 0.22 * len(labels) * max(1, len(groups)) ** 0.5)
+                                      * nrows))
+    height = 0.8 / max(1, len(groups))
+    ys = {lab: len(labels) - 1 - i for i, lab in enumerate(labels)}
+    handles: dict[str, Any] = {}
+    for k, (field, axis_label, lower_better) in enumerate(metrics):
+        ax = axes[k // ncols][k % ncols]
+        lo_k, hi_k = _minmax_keys(field)
+        values = []
+        for i, r in enumerate(recs):
+            v = r.get(field)
+            if not _num(v):
+                continue
+            g = str(r[group_f])
+            y = ys[label_of(i, r)] + ((len(groups) - 1) / 2 - groups.index(g)) * height
+            lo, hi = r.get(lo_k), r.get(hi_k)
+            err = [[v - lo if _num(lo) else 0], [hi - v if _num(hi) else 0]]
+            bars = ax.barh([y], [v], height, color=colour[g], xerr=err, capsize=1.5,
+                           error_kw={"elinewidth": 0.6})
+            handles.setdefault(g, bars[0])
+            values.append(v)
+        ax.set_yticks(list(ys.values()))
+        ax.set_yticklabels(list(ys), fontsize=7)
+        ax.set_title(axis_label + (" (lower is better)" if lower_better else
+                                   " (higher is better)"), fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        positive = [v for v in values if v > 0]
+        if name in LOG_SECTIONS or (positive and max(positive) > LOG_SPAN * min(positive)):
+            ax.set_xscale("log")
+        else:
+            ax.xaxis.set_major_formatter(_axis_formatter())
+    for k in range(len(metrics), nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    fig.suptitle(f"{name}: one band per {label_f}, one bar per {group_f}; whiskers: min-max "
+                 "of the repeats", fontsize=10)
+    fig.legend([handles[g] for g in groups if g in handles], [g for g in groups if g in handles],
+               loc="center left", bbox_to_anchor=(1.0 - (legend_w - 0.1) / fig.get_figwidth(), 0.5),
+               fontsize=8, title=group_f, title_fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1.0 - legend_w / fig.get_figwidth(), 0.95))
     return fig
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["Column", "render", "print_table", "ratio", "fmt_rate", "fmt_num",
            "fmt_ratio", "fmt_range", "range_header", "fmt_us", "target_line", "target_met", "WIDTH",
-           "MET", "MISSED", "NO_FIGURE"]
+           "MET", "MISSED", "NO_FIGURE", "JUDGE", "NOT_JUDGED"]
 
 MISSING = "-"
 #: The width tables keep to unless :data:`WIDE` (``--wide``).
@@ -42,6 +42,11 @@ WIDE = False
 
 #: The marks of :func:`target_line`.
 MET, MISSED, NO_FIGURE = "[met]", "[MISSED]", "[no figure]"
+#: Whether target lines say met or missed: off for --quick, whose counts are
+#: too small for a verdict (bench_upcalls.py sets it, as WIDE).
+JUDGE = True
+#: What a target line says in place of a verdict when JUDGE is off.
+NOT_JUDGED = "[quick]"
 
 
 def _missing(v: Any) -> bool:
@@ -139,6 +144,8 @@ def target_line(what: str, value: Any, op: str, want: float,
     met = target_met(value, op, want)
     mark = NO_FIGURE if met is None else MET if met else MISSED
     text, goal = fmt(value), fmt(want)
+    if not JUDGE:
+        return f"{indent}{NOT_JUDGED:<8} {what} {text} (target {op} {goal}; not judged: --quick)"
     if met is not None and text == goal and value != want:
         # rounded onto the target: show the digits that decide it (1.1004x)
         text = f"{value:.4f}x" if fmt is fmt_ratio else f"{value:.6g}"
@@ -191,6 +198,10 @@ def render(rows: Iterable[dict], columns: Sequence[Column], title: str | None = 
     rows = list(rows)
     columns = [c for c in columns if WIDE or not c.wide_only]
     headers = [c.header if c.header is not None else c.key for c in columns]
+    twice = sorted({h for h in headers if headers.count(h) > 1})
+    if twice:
+        # A reader cannot tell two columns of one name apart without the docs.
+        raise ValueError(f"columns of the same header in one table: {twice}")
     cells = [[c.text(r) for c in columns] for r in rows]
     widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headers)]
     aligns = [c.alignment(rows) for c in columns]

@@ -5,6 +5,8 @@ import io
 import re
 import time
 
+import pytest
+
 from bench_package import bench_module
 
 progress = bench_module("progress")
@@ -121,7 +123,7 @@ def test_a_narrow_table_fits_120_columns(monkeypatch):
     summary = measure.summarize([1.0e6, 1.1e6, 1.2e6])
     rows = [{"mode": "zmq.asyncio-await", "s": summary}] * 3
     cols = [report.Column("mode")] + [
-        report.Column(f"s{i}", report.range_header("msgs/s"), get=lambda r: r["s"],
+        report.Column(f"s{i}", report.range_header(f"{i}msgs/s"), get=lambda r: r["s"],
                       fmt=lambda s: report.fmt_range(s, report.fmt_rate), align=">")
         for i in range(8)]
     text = report.render(rows, cols, title="a title " * 40, note="   a note " * 30)
@@ -183,3 +185,20 @@ def test_plain_lines_count_the_time_spent_waiting():
     last = out.getvalue().splitlines()[-1]
     assert last.startswith("bus tcp: 2/2 runs done; ") and last.endswith(
         " s so far spent waiting for an idle machine"), last
+
+
+def test_quick_target_lines_give_no_verdict(monkeypatch):
+    # --quick's counts are too small for its figures to mean much: the line
+    # shows the figure and its target, and says met or missed only otherwise.
+    monkeypatch.setattr(report, "JUDGE", False)
+    line = report.target_line("coalesced / synthetic: rate", 0.73, ">=", 0.8)
+    assert line == ("   [quick]  coalesced / synthetic: rate 0.73x (target >= 0.80x; "
+                    "not judged: --quick)")
+    assert report.MET not in line and report.MISSED not in line
+
+
+def test_a_table_never_repeats_a_header():
+    # Two columns called "x pyzmq" in one row cannot be told apart without the docs.
+    cols = [report.Column("rate", "x pyzmq"), report.Column("cpu", "x pyzmq")]
+    with pytest.raises(ValueError, match="x pyzmq"):
+        report.render([{"rate": 1.0, "cpu": 2.0}], cols)

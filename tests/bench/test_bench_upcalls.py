@@ -125,6 +125,24 @@ def test_plot_names_every_row():
         plt.close(fig)
 
 
+@pytest.mark.timeout(600 + 60)
+def test_plots_are_drawn_by_default(tmp_path):
+    # A newcomer's `make bench` gets its figures without asking for them:
+    # build/bench/bench-<section>.png under the current directory.
+    pytest.importorskip("matplotlib")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "bench_upcalls.py")
+    run = subprocess.run([sys.executable, script, "--codec", "--quick"], check=True,
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    png = tmp_path / "build" / "bench" / "bench-codec.png"
+    assert png.stat().st_size > 1000
+    assert f"wrote {os.path.join('build', 'bench', 'bench-codec.png')}" in run.stdout
+    none = subprocess.run([sys.executable, script, "--codec", "--quick", "--no-plot",
+                           "--codec-repeats", "1"], check=True, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path / "build")
+    assert "wrote " not in none.stdout and not (tmp_path / "build" / "build").exists()
+
+
 def test_full_and_quick_exclude_each_other():
     run = subprocess.run([sys.executable, "bench_upcalls.py", "--quick", "--full"],
                          capture_output=True, text=True, timeout=120,
