@@ -78,6 +78,12 @@ class ZMQError(UpcallError, OSError):
 
 # ---- C return codes -> exceptions -----------------------------------------
 
+cdef str _seconds_text(int ms):
+    """A timeout the core held in milliseconds, said in the seconds the API
+    takes: 2000 -> "2 s", 250 -> "0.25 s"."""
+    return f"{ms / 1000:.3f}".rstrip("0").rstrip(".") + " s"
+
+
 cdef int _check_rc(int rc, str what, int timeout_ms=-1, str detail=None) except -1:
     """The one place where a C return code becomes an exception.
 
@@ -101,7 +107,7 @@ cdef int _check_rc(int rc, str what, int timeout_ms=-1, str detail=None) except 
         raise ZMQError(err, f"{what}: {reason}")
     if rc == UC_ERR_AGAIN:
         if timeout_ms > 0:
-            raise TimeoutError(f"{what} did not complete within {timeout_ms} ms "
+            raise TimeoutError(f"{what} did not complete within {_seconds_text(timeout_ms)} "
                                "(high-water mark reached)")
         raise BlockingIOError(f"{what} {reason}")
     if rc == UC_ERR_ARG or rc == UC_ERR_CLOSED or rc == UC_ERR_STOPPING:
@@ -395,7 +401,7 @@ A zmq context and every subscription and publisher opened on it.
 
     A bus nobody references any more is closed when it is collected, with a
     ResourceWarning; a subscription delivering on a thread references its
-    bus until it ends (README, "Lifetimes").
+    bus until it ends (docs/subscribing.md, "Lifetimes").
     """
     cdef uc_bus *_c               # freed with the Bus: a close may wait on it meanwhile
     cdef object _factory
@@ -544,8 +550,8 @@ A zmq context and every subscription and publisher opened on it.
         most messages per GIL crossing (None: DEFAULT_BATCH).  ``delivery``:
         "thread" (a loop on a thread from ``thread_factory``) or "caller"
         (no thread: call ``poll()``, or ``recv()`` without a target).  ``on_error(exc, msg)`` receives
-        exceptions raised by the target and decode errors (default:
-        sys.unraisablehook).  ``rcvhwm``: zmq receive high-water mark (0: no
+        exceptions raised by the target and decode errors (default: logged
+        on the "upcall" logger at ERROR, rate-limited; counted either way).  ``rcvhwm``: zmq receive high-water mark (0: no
         limit).  ``max_message_size``: bytes; a larger frame is refused by
         libzmq (ZMQ_MAXMSGSIZE), and a message that would take more once its
         out-of-band frames are decompressed (payload and frames together) is
@@ -558,7 +564,7 @@ A zmq context and every subscription and publisher opened on it.
         a fresh pair.
         ``socket_options``: libzmq options by name, such as
         ``{"heartbeat_ivl": 1000, "tcp_keepalive": 1}`` (libzmq's units:
-        milliseconds; README, Socket options).
+        milliseconds; docs/connections.md, Socket options).
         ``target`` may also be an ``upcall.Handler`` (its ``on_message`` is
         called through the vtable) or an ``upcall.native.NativeHandler`` (it
         runs without the GIL and upcalls only what it selects).

@@ -655,7 +655,7 @@ cdef class Publisher:
             # Not the high-water mark of a peer that reads slowly: nobody
             # is there to take it.
             if ms > 0:
-                raise TimeoutError(f"send did not complete within {ms} ms ({_NO_PEER})")
+                raise TimeoutError(f"send did not complete within {_seconds_text(ms)} ({_NO_PEER})")
             raise BlockingIOError(f"send would block: {_NO_PEER}")
         return _check_rc(rc, "send", ms)
 

@@ -3,13 +3,12 @@
     upcall listen ENDPOINT [--topic T ...] [--bind] [--kind sub|pull] [--count N]
                   [--max-message-size BYTES]
     upcall publish ENDPOINT [--topic T] [--bind] [--kind pub|push] [JSON ...]
-    upcall bench             (says where the benchmark lives: the source repository)
     upcall --version
 
 ``listen`` prints one JSON line per message, ``{"topic": ..., "payload": ...}``;
 ``publish`` sends each JSON argument (or each line of stdin) as one message.
 msgpack types that JSON lacks use the ``$`` forms of :mod:`upcall._jsonmap`
-(README.md, "Command line").  A failure prints one line on stderr, never a
+(docs/cli.md).  A failure prints one line on stderr, never a
 traceback: status 2 for a command line that cannot be used (argparse's
 errors, a JSON argument that does not parse), 1 for a failure while running
 (an endpoint libzmq refuses, an address in use, a bad JSON line on stdin, a
@@ -285,24 +284,6 @@ def _wait_for_peer(pub: Any, ready: threading.Event, bound: bool,
         ready.wait(max(0.0, min(left)))
 
 
-# ---- bench --------------------------------------------------------------------
-
-#: Where the benchmark is: neither the wheel nor the sdist ships it
-#: (MANIFEST.in leaves bench/ and bench_upcalls.py out), so the package never
-#: looks for it; it says where it lives instead.
-BENCH_WHERE = ("the benchmark is not part of upcall's package (neither the wheel nor the "
-               "sdist ships it): it lives in upcall's source repository, bench_upcalls.py "
-               "and bench/; in a clone, run `make bench` (it builds what it needs), or "
-               "`python bench_upcalls.py --help` for its options")
-
-
-def _bench(opts: argparse.Namespace) -> int:
-    if {"-h", "--help"} & set(opts.args):
-        opts.parser.print_help()
-        return EXIT_OK
-    raise Failure(BENCH_WHERE, EXIT_USAGE)
-
-
 # ---- the parser -----------------------------------------------------------------
 
 def _positive(text: str) -> int:
@@ -462,15 +443,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace files of that name (default: refuse, status 1)")
     kp.set_defaults(run=_keygen)
 
-    bp = commands.add_parser(
-        "bench", add_help=False, formatter_class=fmt,
-        help="where the benchmark lives (the source repository: make bench)",
-        description="The benchmark is not part of upcall's package (neither the\n"
-                    "wheel nor the sdist ships it): it lives in upcall's source\n"
-                    "repository, bench_upcalls.py and bench/.  In a clone, run\n"
-                    "`make bench`, or `python bench_upcalls.py --help` for its options.")
-    bp.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
-    bp.set_defaults(run=_bench, parser=bp)
     parser.set_defaults(publish_parser=pp)
     return parser
 
@@ -521,12 +493,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
     argv = _join_key_values(list(sys.argv[1:] if argv is None else argv))
-    if argv[:1] == ["bench"]:
-        # Everything after "bench" is the benchmark's, options included
-        # (argparse's REMAINDER would not take a leading "--quick").
-        opts = parser.parse_args(["bench"])
-        opts.args = argv[1:]
-    elif argv[:1] == ["publish"]:
+    if argv[:1] == ["publish"]:
         # JSON arguments may come after options (`publish EP -t a '{...}'`):
         # intermixed parsing, which argparse offers for a parser without
         # subcommands only.

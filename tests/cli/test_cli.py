@@ -161,8 +161,8 @@ def test_console_script(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("upcall "), proc
 
 
-@pytest.mark.parametrize("command", [[], ["listen"], ["publish"], ["bench"]],
-                         ids=["top", "listen", "publish", "bench"])
+@pytest.mark.parametrize("command", [[], ["listen"], ["publish"]],
+                         ids=["top", "listen", "publish"])
 def test_help_everywhere(tmp_path, command):
     proc = run(*command, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -666,37 +666,26 @@ def test_usage_errors(tmp_path, args):
 
 # ---- bench ----------------------------------------------------------------------
 
-def test_bench_says_where_the_benchmark_lives(tmp_path):
-    # The package never looks for the benchmark (neither the wheel nor the
-    # sdist ships it): from anywhere, even a folder laid out as a checkout,
-    # it runs nothing and names the repository and `make bench`, status 2.
-    checkout = tmp_path / "checkout"
-    (checkout / "bench").mkdir(parents=True)
-    (checkout / "bench_upcalls.py").write_text("raise SystemExit('ran')\n")
-    for cwd in (tmp_path, checkout):
-        proc = run("bench", "--quick", cwd=cwd)
-        assert proc.returncode == 2
-        line = one_error_line(proc.stderr, "bench")
-        assert "source repository" in line and "`make bench`" in line
-        assert "neither the wheel nor the sdist" in line
+def test_there_is_no_bench_command(tmp_path):
+    # The benchmark lives in the source repository only (neither the wheel
+    # nor the sdist ships it): the package has no command for it.
+    proc = run("bench", "--quick", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "invalid choice: 'bench'" in proc.stderr, proc.stderr
+    top = run("--help", cwd=tmp_path)
+    assert "bench" not in top.stdout, top.stdout
 
 
-def test_bench_help_says_where_the_benchmark_lives(tmp_path):
-    proc = run("bench", "--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert "make bench" in proc.stdout and "source" in proc.stdout
-
-
-def test_bench_message_is_true_of_the_sdist():
-    # What the message claims: MANIFEST.in leaves the benchmark out of the sdist.
-    manifest = os.path.join(os.path.dirname(TESTS_DIR), "MANIFEST.in")
-    if not os.path.exists(manifest):
+def test_the_package_declares_no_extra_for_the_benchmark():
+    # What the wheel's metadata offers (Provides-Extra) is what pyproject.toml
+    # declares: no extra for a benchmark neither the wheel nor the sdist ships
+    # (.gitattributes, tests/packaging/test_packaging.py).
+    pyproject = os.path.join(os.path.dirname(TESTS_DIR), "pyproject.toml")
+    if not os.path.exists(pyproject):
         pytest.skip("needs the source tree")
-    with open(manifest) as f:
-        lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
-    assert not any("bench" in word for words in lines for word in words
-                   if words[0] in ("include", "graft", "recursive-include"))
-    assert "make bench" in cli.BENCH_WHERE
+    with open(pyproject) as f:
+        text = f.read()
+    assert "[project.optional-dependencies]" not in text
 
 
 # ---- the JSON mapping on its own ---------------------------------------------------

@@ -91,3 +91,23 @@ def test_io_threads(endpoints):
             pub.send(b"t", i)
         col.wait(100)
     assert col.items == list(range(100))
+
+
+@pytest.mark.parametrize("timeout, said", [(2, "2 s"), (0.25, "0.25 s")])
+def test_a_send_timeout_is_told_in_seconds(endpoints, timeout, said):
+    # The API takes seconds; the message says the timeout as it was given,
+    # not in the core's milliseconds.
+    with upcall.Bus() as bus:
+        pub = bus.publisher(endpoints("inproc"), kind="push")     # no peer, ever
+        with pytest.raises(TimeoutError) as info:
+            pub.send(b"t", 1, timeout=timeout)
+    text = str(info.value)
+    assert f"within {said} " in text and " ms" not in text, text
+
+
+def test_subscribe_documents_where_target_errors_go():
+    # Without on_error, a target's exception is logged on the "upcall"
+    # logger (tests/bus/test_logging.py), not sent to sys.unraisablehook.
+    doc = upcall.Bus.subscribe.__doc__
+    assert "unraisablehook" not in doc
+    assert '"upcall" logger' in doc
