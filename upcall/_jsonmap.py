@@ -2,8 +2,7 @@
 ``upcall publish``).
 
 msgpack has more types than JSON, so the ones JSON lacks are written as a
-one-key object whose key starts with ``$`` (the mapping is in README.md,
-"Command line"):
+one-key object whose key starts with ``$`` (the mapping is in docs/cli.md):
 
 ==========================  =============================================
 msgpack (as upcall decodes) JSON

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """A downstream user's own handlers, compiled by tests/packaging/test_cimport.py.
 
-Built the way a user builds one (see README "Handlers"): cythonize with
+Built the way a user builds one (see docs/handlers.md): cythonize with
 upcall importable, include_dirs=upcall.get_include().
 """
 from upcall.handler cimport Handler
