@@ -1,6 +1,7 @@
 # upcall: the two commands are `make test` and `make bench`.
-# Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
-# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# Each one installs what it needs: the headers of libzmq and of every codec's
+# library (Debian libzmq3-dev, and those meson.options names: liblz4-dev,
+# libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
 # test and dist dependency groups and its bench and plot extras.
 
@@ -42,12 +43,14 @@ THREADS_MARK := threads
 all: build
 
 # --- system packages -------------------------------------------------------
-# pkg-config name:Debian package.  libzmq is required; liblz4 and libzstd are
-# optional for a build (meson.options) but the tests use both codecs.
-PKG_DEPS := libzmq:libzmq3-dev liblz4:liblz4-dev libzstd:libzstd-dev
+# pkg-config name:Debian package.  libzmq is required; the codecs' libraries
+# are optional for a build but the tests use every codec: their pairs come
+# from the codec lines of meson.options ("pkg-config X, Debian Y").
+CODEC_DEPS := $(shell sed -n "s/^option('.*compression codec: pkg-config \([^,]*\), Debian \([^']*\)').*/\1:\2/p" meson.options)
+PKG_DEPS := libzmq:libzmq3-dev $(CODEC_DEPS)
 deps: .deps.stamp
-# Again when this file changes: a machine that ran it before gets what was added since.
-.deps.stamp: Makefile
+# Again when these change: a machine that ran it before gets what was added since.
+.deps.stamp: Makefile meson.options
 	@for pair in $(PKG_DEPS); do \
 	  pc=$${pair%%:*}; deb=$${pair#*:}; \
 	  if ! pkg-config --exists $$pc 2>/dev/null; then \
