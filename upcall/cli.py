@@ -288,7 +288,7 @@ def _wait_for_peer(pub: Any, ready: threading.Event, bound: bool,
 # ---- bench --------------------------------------------------------------------
 
 #: Where the benchmark is: neither the wheel nor the sdist ships it
-#: (MANIFEST.in leaves bench/ and bench_upcalls.py out), so the package never
+#: (.gitattributes marks bench/ and bench_upcalls.py export-ignore), so the package never
 #: looks for it; it says where it lives instead.
 BENCH_WHERE = ("the benchmark is not part of upcall's package (neither the wheel nor the "
                "sdist ships it): it lives in upcall's source repository, bench_upcalls.py "
