@@ -49,7 +49,7 @@ all: build
 # the second apt-get would fail on dpkg's lock.
 deps: .deps.stamp
 # Again when the list changes: a machine that ran it before gets what was added since.
-.deps.stamp: tools/install-deps.sh
+.deps.stamp: tools/install-deps.sh meson.options
 	tools/install-deps.sh $(PYTHON)
 	@touch $@
 

@@ -36,15 +36,12 @@ FLOOR_TIMEOUT = 600
 
 
 def upcall_bus():
-    """The module with Bus / python_threads, or None if the bus is not built."""
+    """The upcall module (Bus, python_threads), or None where it cannot be imported."""
     try:
         import upcall
-        if hasattr(upcall, "Bus"):
-            return upcall
-        from upcall import _bus
-        return _bus
     except ImportError:
         return None
+    return upcall
 
 
 # ---- endpoints ------------------------------------------------------------------

@@ -10,11 +10,13 @@
  * codec a reference names, the decompression-bomb limits) go through the
  * row, never through a codec's own names.
  *
- * Adding a codec: one file codec_<name>.c defining its row (a uc_codec with
- * available = 0 and no functions when its library is missing), its name in
- * the table in codec.c, one line in the build's optional dependencies
- * (setup.py CODECS, csrc/Makefile CODEC_LIBS) and its wire id (wire.h,
- * UC_OOB_CODEC_*, and UC_OOB_CODEC_LAST raised to it).
+ * Adding a codec (docs/codec.md): one file codec_<name>.c defining its row
+ * uc_codec_<name> (built with -DUC_HAVE_<NAME> when its library was found;
+ * without it, available = 0 and no functions), one row X(NAME, name, id) in
+ * wire.h's UC_OOB_CODECS (its wire id, and the table here), and one line in
+ * meson.options (its build option, pkg-config module and Debian package,
+ * from which meson.build, the Makefile and the portable wheels' script read
+ * the codec list).
  */
 #ifndef UPCALL_CODEC_H
 #define UPCALL_CODEC_H

@@ -211,7 +211,7 @@ static void *monitor_main(void *arg)
                 continue;
             /* ETERM: a bus is closing while a publisher's monitor is
              * listed (the publisher takes it back when it closes): poll
-             * that one no more, the others as before. */
+             * that one no more, the others still. */
             int found = 0;
             pthread_mutex_lock(&mt.mu);
             for (size_t i = 0; i < n; i++) {

@@ -6,9 +6,9 @@
  * hashes it a byte at a time and looks it up at each length some prefix
  * has, so its cost is the topic's length plus a probe per prefix length in
  * use plus the matches, whatever the number of members; a match reads a
- * slot and its entry (two cache lines), where a trie walk read a node, its
- * keys and its children at every byte, cold for all but the first levels
- * once there are thousands of prefixes.  An entry's member count is the
+ * slot and its entry (two cache lines), where a trie walk would read a
+ * node, its keys and its children at every byte, cold for all but the first
+ * levels once there are thousands of prefixes.  An entry's member count is the
  * number of members holding that prefix: the SUB socket is subscribed on
  * 0 -> 1 and unsubscribed on 1 -> 0.
  *

@@ -79,12 +79,21 @@ static inline int uc_wire_ext_marker(unsigned char b)
  * today keep their meaning. */
 #define UC_OOB_CODEC_MASK 0x0f
 #define UC_OOB_CODEC_NONE 0     /* the frame is the value itself */
-#define UC_OOB_CODEC_LZ4 1      /* one raw LZ4 block (LZ4_compress_default) */
-#define UC_OOB_CODEC_ZSTD 2     /* one zstd frame */
+/* The codecs, one row each: X(NAME, name, ID) names UC_OOB_CODEC_<NAME>,
+ * the codec's row uc_codec_<name> in csrc/codec_<name>.c and its build
+ * option in meson.options.  Ids count up from 1 in the rows' order and are
+ * never reused (csrc/codec.c builds the table from these rows and checks
+ * it at compile time). */
+#define UC_OOB_CODECS(X) \
+    X(LZ4, lz4, 1)       /* one raw LZ4 block (LZ4_compress_default) */ \
+    X(ZSTD, zstd, 2)     /* one zstd frame */
+#define UC_OOB_CODEC_ID_(NAME, name, ID) UC_OOB_CODEC_##NAME = ID,
+enum { UC_OOB_CODECS(UC_OOB_CODEC_ID_) UC_OOB_CODEC_END_ };
+#undef UC_OOB_CODEC_ID_
 /* The highest codec id this version reads: a higher one is refused as
  * unknown flags (oob_flags), as any other unknown bit; a known codec this
- * build lacks the library for is oob_codec.  The codec table raises it. */
-#define UC_OOB_CODEC_LAST UC_OOB_CODEC_ZSTD
+ * build lacks the library for is oob_codec. */
+#define UC_OOB_CODEC_LAST (UC_OOB_CODEC_END_ - 1)
 
 /* A reference as read from the wire. */
 typedef struct uc_oob_ref {

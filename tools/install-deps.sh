@@ -20,9 +20,12 @@ need() { missing="$missing $1"; echo "install-deps: $2: needs $1" >&2; }
 
 command -v cc >/dev/null 2>&1 || need "gcc libc6-dev" "no C compiler (cc)"
 command -v pkg-config >/dev/null 2>&1 || need pkg-config "no pkg-config"
-# pkg-config name:Debian package.  libzmq is required; liblz4 and libzstd are
-# optional for a build (meson.options) but the tests use both codecs.
-for pair in libzmq:libzmq3-dev liblz4:liblz4-dev libzstd:libzstd-dev; do
+# pkg-config name:Debian package.  libzmq is required; the codecs' libraries
+# are optional for a build but the tests use every codec: their pairs come
+# from the codec lines of meson.options ("pkg-config X, Debian Y").
+codecs=$(sed -n "s/^option('.*compression codec: pkg-config \([^,]*\), Debian \([^']*\)').*/\1:\2/p" \
+    "$(dirname "$0")/../meson.options")
+for pair in libzmq:libzmq3-dev $codecs; do
     pc=${pair%%:*}; deb=${pair#*:}
     pkg-config --exists "$pc" 2>/dev/null || need "$deb" "pkg-config cannot find $pc"
 done

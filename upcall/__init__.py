@@ -81,8 +81,8 @@ __all__ = [
 def get_include() -> list[str]:
     """Directories a Cython extension that cimports upcall needs.
 
-    ``[include_dir]``: the public C headers (bus.h, split.h, msgpack.h) that
-    upcall's public .pxd files name, shipped in ``upcall/includes``.  Pass it
+    ``[include_dir]``: the public C headers (bus.h, split.h, msgpack.h,
+    wire.h) that upcall's public .pxd files name, shipped in ``upcall/includes``.  Pass it
     as ``include_dirs`` of the Extension; Cython finds ``upcall/*.pxd`` itself on ``sys.path``
     (or add ``os.path.dirname(os.path.dirname(upcall.__file__))`` to
     ``cythonize(include_path=...)``).

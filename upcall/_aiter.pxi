@@ -70,7 +70,7 @@ cdef object _NOTHING = object()
 # per batch, and no decoded message waits anywhere (the collector never
 # walks a queue of them).  Copying 77 bytes costs less than the GIL hand-off
 # it avoids; a message that is not plain (out-of-band frames, a coalesced
-# payload's fault, with_sender) is decoded on the delivery thread as before
+# payload's fault, with_sender) is decoded on the delivery thread instead
 # and queued, in order, as an object record holding its list.
 #
 # The queue is bounded by messages (queue_size): kind="pull" waits for room

@@ -17,8 +17,6 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int8_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-cimport cython
-
 from upcall.includes.msgpack cimport *
 from upcall.includes.wire cimport *
 from upcall._arguments cimport int_arg

@@ -465,7 +465,7 @@ static __attribute__((noinline, cold)) PyObject *ucd_raise_coalesced(void) {
  * references are resolved (and every frame must be referenced once), and a
  * coalesced payload is refused: the C core splits the one a zmq message is
  * (csrc/split.h), so what reaches here is one inside it. */
-/* Inlined into each caller (as ucd_decode was before frames): a call more
+/* Inlined into each caller: a call more
  * per message cost the nil-payload path about 6% (callgrind, PERF.md). */
 static inline __attribute__((always_inline)) PyObject *ucd_decode_frames(
         ucd_config *cfg, const char *data, Py_ssize_t size, ucd_frames *fr) {

@@ -348,7 +348,7 @@ cdef inline object _decode(Decoder decoder, const uc_msg *m, Subscription sub):
     fault of a coalesced payload (_raise_fault)."""
     if m.n_frames > 2 + m.n_extra or m.fault != 0:
         _raise_frames(m)
-    if m.n_extra == 0:          # the usual message: three arguments, as before frames
+    if m.n_extra == 0:          # the usual message: no frames to resolve
         return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
     return _decode_oob(decoder, m, sub)
 

@@ -42,6 +42,28 @@ static void run(const char *name, int (*fn)(void))
     }
 }
 
+/* A program's tests, run in order by run_tests (or fixtures_main). */
+typedef struct {
+    const char *name;
+    int (*fn)(void);
+} test_case;
+#define TEST(name) {#name, test_##name}
+#define TEST_COUNT(tests) (sizeof(tests) / sizeof(tests)[0])
+
+/* The result line meson's log shows, and the exit status: 1 if any failed. */
+static inline int report(void)
+{
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
+
+static inline int run_tests(const test_case *tests, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        run(tests[i].name, tests[i].fn);
+    return report();
+}
+
 static inline void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

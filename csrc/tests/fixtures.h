@@ -426,4 +426,17 @@ static inline int fixtures_teardown(void)
     return failed;
 }
 
+/* The main of a program of such tests: set up, run each, tear down (a loop
+ * thread left running fails the run), report. */
+static inline int fixtures_main(const test_case *tests, size_t n)
+{
+    if (fixtures_setup() != 0)
+        return 2;
+    for (size_t i = 0; i < n; i++)
+        run(tests[i].name, tests[i].fn);
+    if (fixtures_teardown() != 0)
+        g_failed++;
+    return report();
+}
+
 #endif

@@ -282,18 +282,13 @@ static int test_set_max_sockets(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(many_subscriptions), TEST(fanout_push), TEST(limit_with_waiting_connects),
+    TEST(limit_with_closed_waiting_connects), TEST(limit_with_binds_and_subscriptions),
+    TEST(set_max_sockets),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("many_subscriptions", test_many_subscriptions);
-    run("fanout_push", test_fanout_push);
-    run("limit_with_waiting_connects", test_limit_with_waiting_connects);
-    run("limit_with_closed_waiting_connects", test_limit_with_closed_waiting_connects);
-    run("limit_with_binds_and_subscriptions", test_limit_with_binds_and_subscriptions);
-    run("set_max_sockets", test_set_max_sockets);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -349,19 +349,12 @@ static int test_concurrent_senders(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(batches), TEST(boundaries_flush_close), TEST(flusher_sends_by_itself), TEST(arguments),
+    TEST(pending_never_waits), TEST(close_waiting_for_a_peer), TEST(concurrent_senders),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("batches", test_batches);
-    run("boundaries_flush_close", test_boundaries_flush_close);
-    run("flusher_sends_by_itself", test_flusher_sends_by_itself);
-    run("arguments", test_arguments);
-    run("pending_never_waits", test_pending_never_waits);
-    run("close_waiting_for_a_peer", test_close_waiting_for_a_peer);
-    run("concurrent_senders", test_concurrent_senders);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

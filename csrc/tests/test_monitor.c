@@ -196,19 +196,12 @@ static int test_terminating_context_does_not_stall_others(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(tcp_thread), TEST(ipc_thread), TEST(tcp_caller), TEST(refused_connect_retried),
+    TEST(inproc_is_not_monitored), TEST(terminating_context_does_not_stall_others),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("tcp_thread", test_tcp_thread);
-    run("ipc_thread", test_ipc_thread);
-    run("tcp_caller", test_tcp_caller);
-    run("refused_connect_retried", test_refused_connect_retried);
-    run("inproc_is_not_monitored", test_inproc_is_not_monitored);
-    run("terminating_context_does_not_stall_others",
-        test_terminating_context_does_not_stall_others);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

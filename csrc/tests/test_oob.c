@@ -232,18 +232,12 @@ static int test_failed_send_takes_nothing(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(release_queue), TEST(release_queue_threads), TEST(send_and_hold_inproc),
+    TEST(send_and_hold_ipc), TEST(send_and_hold_tcp), TEST(failed_send_takes_nothing),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("release_queue", test_release_queue);
-    run("release_queue_threads", test_release_queue_threads);
-    run("send_and_hold_inproc", test_send_and_hold_inproc);
-    run("send_and_hold_ipc", test_send_and_hold_ipc);
-    run("send_and_hold_tcp", test_send_and_hold_tcp);
-    run("failed_send_takes_nothing", test_failed_send_takes_nothing);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -456,21 +456,14 @@ static int test_wait_subscriptions_shutdown(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(publisher), TEST(publisher_hwm_and_threads), TEST(try_send),
+    TEST(bus_shutdown_wakes_a_blocked_send), TEST(sub_close_wakes_send_in_deliver),
+    TEST(sub_close_wakes_send_in_deliver_caller_mode), TEST(cap_linger),
+    TEST(wait_subscriptions), TEST(wait_subscriptions_shutdown),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("publisher", test_publisher);
-    run("publisher_hwm_and_threads", test_publisher_hwm_and_threads);
-    run("try_send", test_try_send);
-    run("bus_shutdown_wakes_a_blocked_send", test_bus_shutdown_wakes_a_blocked_send);
-    run("sub_close_wakes_send_in_deliver", test_sub_close_wakes_send_in_deliver);
-    run("sub_close_wakes_send_in_deliver_caller_mode", test_sub_close_wakes_send_in_deliver_caller_mode);
-    run("cap_linger", test_cap_linger);
-    run("wait_subscriptions", test_wait_subscriptions);
-    run("wait_subscriptions_shutdown", test_wait_subscriptions_shutdown);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

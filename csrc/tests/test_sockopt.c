@@ -269,18 +269,12 @@ static int test_option_effect_handshake_ivl(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(open_errors), TEST(curve), TEST(options_read_back), TEST(options_refused),
+    TEST(option_effect_immediate), TEST(option_effect_handshake_ivl),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("open_errors", test_open_errors);
-    run("curve", test_curve);
-    run("options_read_back", test_options_read_back);
-    run("options_refused", test_options_refused);
-    run("option_effect_immediate", test_option_effect_immediate);
-    run("option_effect_handshake_ivl", test_option_effect_handshake_ivl);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -392,21 +392,13 @@ static int test_split_with_frames(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(split_messages), TEST(split_not_coalesced), TEST(split_faults),
+    TEST(split_leaves_depth_and_timestamps_to_the_decoder), TEST(split_thread),
+    TEST(split_caller), TEST(split_paused), TEST(split_with_frames),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("split_messages", test_split_messages);
-    run("split_not_coalesced", test_split_not_coalesced);
-    run("split_faults", test_split_faults);
-    run("split_leaves_depth_and_timestamps_to_the_decoder",
-        test_split_leaves_depth_and_timestamps_to_the_decoder);
-    run("split_thread", test_split_thread);
-    run("split_caller", test_split_caller);
-    run("split_paused", test_split_paused);
-    run("split_with_frames", test_split_with_frames);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -636,28 +636,15 @@ static int test_stats(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(wake), TEST(caller_mode), TEST(poll_thread_mode_busy), TEST(caller_close_other_thread),
+    TEST(caller_free_in_callback), TEST(caller_stop_return), TEST(close_in_callback),
+    TEST(free_in_callback), TEST(stop_return), TEST(free_before_end), TEST(close_timeout),
+    TEST(factories), TEST(factory_fails_after_arranging), TEST(entry_never_comes),
+    TEST(poll_some), TEST(stats),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("wake", test_wake);
-    run("caller_mode", test_caller_mode);
-    run("poll_thread_mode_busy", test_poll_thread_mode_busy);
-    run("caller_close_other_thread", test_caller_close_other_thread);
-    run("caller_free_in_callback", test_caller_free_in_callback);
-    run("caller_stop_return", test_caller_stop_return);
-    run("close_in_callback", test_close_in_callback);
-    run("free_in_callback", test_free_in_callback);
-    run("stop_return", test_stop_return);
-    run("free_before_end", test_free_before_end);
-    run("close_timeout", test_close_timeout);
-    run("factories", test_factories);
-    run("factory_fails_after_arranging", test_factory_fails_after_arranging);
-    run("entry_never_comes", test_entry_never_comes);
-    run("poll_some", test_poll_some);
-    run("stats", test_stats);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

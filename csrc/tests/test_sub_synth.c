@@ -371,7 +371,7 @@ static int test_optional_ops_left_out(void)
     CHECK_EQ(uc_sub_hold(s, &f, &h), UC_ERR_ARG);
     CHECK(h == NULL);
     size_t got = 0;
-    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* and it runs as before */
+    CHECK_EQ(uc_sub_poll(s, -1, 0, &got), UC_OK);   /* and it still runs */
     CHECK_EQ(got, 10);
     CHECK_EQ(uc_sub_close(s, WAIT_MS), UC_OK);
     uc_sub_free(s);
@@ -379,18 +379,17 @@ static int test_optional_ops_left_out(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    {"count, thread mode, ends by itself", test_count_thread_mode},
+    {"no count: runs until closed", test_unlimited_close},
+    {"deliver returning non-zero stops", test_deliver_stops}, {"caller mode", test_caller_mode},
+    {"caller mode, a paused deliver", test_caller_pause}, {"paced, latencies", test_paced},
+    {"paced, bounded backlog drops", test_paced_backlog_drops},
+    {"close wakes a paced sleep", test_close_while_sleeping}, {"bad arguments", test_bad_args},
+    {"the optional ops it leaves out", test_optional_ops_left_out},
+};
+
 int main(void)
 {
-    run("count, thread mode, ends by itself", test_count_thread_mode);
-    run("no count: runs until closed", test_unlimited_close);
-    run("deliver returning non-zero stops", test_deliver_stops);
-    run("caller mode", test_caller_mode);
-    run("caller mode, a paused deliver", test_caller_pause);
-    run("paced, latencies", test_paced);
-    run("paced, bounded backlog drops", test_paced_backlog_drops);
-    run("close wakes a paced sleep", test_close_while_sleeping);
-    run("bad arguments", test_bad_args);
-    run("the optional ops it leaves out", test_optional_ops_left_out);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return run_tests(tests, TEST_COUNT(tests));
 }

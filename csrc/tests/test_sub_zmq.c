@@ -1084,37 +1084,19 @@ static int many_topics(int transport, int sub_binds)
 static int test_many_topics_sub_connects_tcp(void) { return many_topics(T_TCP, 0); }
 static int test_many_topics_sub_binds_ipc(void) { return many_topics(T_IPC, 1); }
 
+static const test_case tests[] = {
+    TEST(push_pull_inproc), TEST(push_pull_ipc), TEST(push_pull_tcp), TEST(pub_sub_inproc),
+    TEST(pub_sub_ipc), TEST(pub_sub_tcp), TEST(large_frames), TEST(frames), TEST(frames_batch),
+    TEST(rest_after_pause), TEST(rest_dropped_on_stop_and_close), TEST(rest_thread_mode),
+    TEST(several_endpoints_bound), TEST(several_endpoints_connected),
+    TEST(several_endpoints_errors), TEST(topics_at_run_time),
+    TEST(topics_queued_while_busy_thread), TEST(topics_queued_while_busy_caller),
+    TEST(topics_caller_idle), TEST(topics_inside_deliver_thread),
+    TEST(topics_inside_deliver_caller), TEST(topics_loop_ends_first), TEST(topics_arguments),
+    TEST(many_topics_sub_connects_tcp), TEST(many_topics_sub_binds_ipc),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("push_pull_inproc", test_push_pull_inproc);
-    run("push_pull_ipc", test_push_pull_ipc);
-    run("push_pull_tcp", test_push_pull_tcp);
-    run("pub_sub_inproc", test_pub_sub_inproc);
-    run("pub_sub_ipc", test_pub_sub_ipc);
-    run("pub_sub_tcp", test_pub_sub_tcp);
-    run("large_frames", test_large_frames);
-    run("frames", test_frames);
-    run("frames_batch", test_frames_batch);
-    run("rest_after_pause", test_rest_after_pause);
-    run("rest_dropped_on_stop_and_close", test_rest_dropped_on_stop_and_close);
-    run("rest_thread_mode", test_rest_thread_mode);
-    run("several_endpoints_bound", test_several_endpoints_bound);
-    run("several_endpoints_connected", test_several_endpoints_connected);
-    run("several_endpoints_errors", test_several_endpoints_errors);
-    run("topics_at_run_time", test_topics_at_run_time);
-    run("topics_queued_while_busy_thread", test_topics_queued_while_busy_thread);
-    run("topics_queued_while_busy_caller", test_topics_queued_while_busy_caller);
-    run("topics_caller_idle", test_topics_caller_idle);
-    run("topics_inside_deliver_thread", test_topics_inside_deliver_thread);
-    run("topics_inside_deliver_caller", test_topics_inside_deliver_caller);
-    run("topics_loop_ends_first", test_topics_loop_ends_first);
-    run("topics_arguments", test_topics_arguments);
-    run("many_topics_sub_connects_tcp", test_many_topics_sub_connects_tcp);
-    run("many_topics_sub_binds_ipc", test_many_topics_sub_binds_ipc);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -74,9 +74,11 @@ static int test_thread_masks(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(thread_masks),
+};
+
 int main(void)
 {
-    run("thread_masks", test_thread_masks);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return run_tests(tests, TEST_COUNT(tests));
 }

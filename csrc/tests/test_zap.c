@@ -165,13 +165,11 @@ static int test_policy(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(policy),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("policy", test_policy);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -492,7 +492,7 @@ def test_an_end_hook_set_after_the_end_runs_at_once(endpoints, cause):
             assert ends[1:] == [None]
     finally:
         sys.unraisablehook = hook
-    # Without a hook when it ended, the interrupt was also reported as before.
+    # Without a hook when it ended, the interrupt also went to sys.unraisablehook.
     assert len(unraisable) == (0 if expected is None else 1)
 
 

@@ -291,4 +291,9 @@ def test_meson_build_lists_every_core_source():
     # to csrc/ and not listed would be left out of the modules or the wheel.
     with open(os.path.join(ROOT, "csrc", "meson.build")) as f:
         listed = set(re.findall(r"'([\w.]+\.[ch])'", f.read()))
+    # The codecs' files: one per codec line of meson.options, which
+    # csrc/meson.build compiles as codec_<name>.c.
+    with open(os.path.join(ROOT, "meson.options")) as f:
+        listed |= {"codec_%s.c" % name for name in
+                   re.findall(r"^option\('(\w+)'.*compression codec:", f.read(), re.M)}
     assert {os.path.basename(p) for p in tree("csrc/*.c", "csrc/*.h")} - listed == set()

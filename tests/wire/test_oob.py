@@ -547,7 +547,7 @@ def test_decoder_max_len_applies_to_out_of_band_values(endpoints, mode, copy):
                          **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
         inline = bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=None)
-        inline.send(b"t", [bytes(LARGE)])        # inline: refused, as before
+        inline.send(b"t", [bytes(LARGE)])        # inline: refused
         pub.send(b"t", [bytes(LARGE)])           # out of band: refused the same way
         pub.send(b"t", [bytes(1000)])            # at the limit: inline (< threshold)
         pub.send(b"t", "next")

@@ -16,8 +16,6 @@ cdef extern from "wire.h" nogil:
         UC_OOB_VERSION
         UC_OOB_CODEC_MASK
         UC_OOB_CODEC_NONE
-        UC_OOB_CODEC_LZ4
-        UC_OOB_CODEC_ZSTD
         UC_OOB_CODEC_LAST
         # the coalesced batch
         UC_BATCH_VERSION
