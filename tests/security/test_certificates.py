@@ -51,7 +51,7 @@ def test_secret_file_is_owner_only_even_when_replaced(tmp_path):
     path.write_text("old")
     os.chmod(path, 0o644)
     cert = upcall.Certificate(*upcall.curve_keypair())
-    cert.save(tmp_path, "x")
+    cert.save(tmp_path, "x", overwrite=True)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
@@ -198,3 +198,31 @@ def test_keygen(tmp_path):
     assert zauth.load_certificate(str(sec)) != (public, secret)
     bad = run_cli("keygen", "a/b", cwd=str(tmp_path))
     assert bad.returncode == 2 and "NAME" in bad.stderr
+
+
+# ---- a module of their own --------------------------------------------------
+
+STANDALONE_SCRIPT = textwrap.dedent("""
+    import importlib.abc, importlib.util, sys
+    class NoExtension(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("upcall") or name == "zmq":
+                raise ImportError(f"{name} is blocked")
+    sys.meta_path.insert(0, NoExtension())
+    spec = importlib.util.spec_from_file_location("certs", sys.argv[1])
+    certs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(certs)
+    cert = certs.load_certificate(sys.argv[2])
+    print(cert.public, len(certs.load_certificates(sys.argv[3])))
+""")
+
+
+def test_certificate_files_need_no_extension(tmp_path):
+    """upcall/certs.py loads and reads public certificates with upcall's
+    extension (and every other upcall module) unimportable."""
+    public_path, _ = upcall.create_certificates(tmp_path, "node")
+    r = subprocess.run([sys.executable, "-c", STANDALONE_SCRIPT, upcall.certs.__file__,
+                        public_path, str(tmp_path)],
+                       capture_output=True, text=True, env=script_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [upcall.load_certificate(public_path).public, "1"]
