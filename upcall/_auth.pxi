@@ -28,8 +28,11 @@ cdef extern from "zap.h" nogil:
     void uc_zap_stop(uc_zap *zap)
     int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85)
     int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85)
+    int uc_zap_key_bus_wide(uc_zap *zap, const char *public_z85)
+    enum: UC_ZAP_BUS_WIDE
     int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
     uint32_t uc_zap_domain_new(uc_zap *zap, char *name)
+    void uc_zap_domain_drop(uc_zap *zap, uint32_t domain)
     void uc_zap_stats(uc_zap *zap, uint64_t *out)
     size_t uc_zap_entries(uc_zap *zap)
     void uc_zap_set_log(uc_zap *zap, uc_zap_log_fn fn, void *ctx, int64_t window_ns)
@@ -111,16 +114,27 @@ cdef class Authenticator:
         if socket is None:
             return 0
         try:
-            return self._domains[socket]
+            return (<_ZapDomain>self._domains[socket]).id
         except (KeyError, TypeError):
+            if getattr(socket, "closed", False):
+                raise ValueError(f"socket={socket!r} is closed: its allow= keys went "
+                                 "with it") from None
             raise ValueError(f"socket={socket!r} was not opened with allow= or "
                              "authenticate=True on this bus") from None
+
+    cdef void _forget_socket(self, object socket):
+        # The socket closed: its domain's keys go (see _ZapDomain).
+        try:
+            self._domains.pop(socket, None)
+        except TypeError:
+            pass
 
     def allow(self, keys, *, socket=None):
         """Admit CURVE clients: ``keys`` are public keys (Z85 str/bytes),
         Certificates, a directory (``pathlib.Path``) of public certificates,
         or a list of those; on every CURVE server of the bus, or only on
-        ``socket`` (a Subscription or Publisher opened with ``allow=``)."""
+        ``socket`` (a Subscription or Publisher opened with ``allow=``).
+        A socket's keys are forgotten when it closes."""
         self._check()
         cdef uint32_t domain = self._domain_of(socket)
         for key in _public_keys(keys, "keys"):
@@ -128,36 +142,53 @@ cdef class Authenticator:
 
     def revoke(self, keys, *, socket=None):
         """Refuse these keys' next handshakes (see the class: a connection
-        already accepted stays until it closes)."""
+        already accepted stays until it closes).
+
+        Without ``socket``: the keys are taken out of every scope they were
+        allowed in, bus-wide and every socket's ``allow=`` list.  With
+        ``socket``: out of that socket's list; a key allowed bus-wide would
+        still be admitted there, so that is a ValueError naming the key, and
+        nothing is revoked (revoke it bus-wide, then allow it again on the
+        sockets that keep it)."""
         self._check()
         cdef uint32_t domain = self._domain_of(socket)
-        for key in _public_keys(keys, "keys"):
-            _check_rc(uc_zap_revoke_key(self._c, domain, <const char *>(<bytes>key)), "revoke")
+        cdef int rc
+        keys = _public_keys(keys, "keys")
+        if domain != 0:
+            for i, key in enumerate(keys):
+                if uc_zap_key_bus_wide(self._c, <const char *>(<bytes>key)) == 1:
+                    raise ValueError(_bus_wide_text(key, i))
+        for i, key in enumerate(keys):
+            rc = uc_zap_revoke_key(self._c, domain, <const char *>(<bytes>key))
+            if rc == UC_ZAP_BUS_WIDE:      # allowed bus-wide since the check above
+                raise ValueError(_bus_wide_text(key, i))
+            _check_rc(rc, "revoke")
 
     cdef _address(self, object addresses, int which, int add):
         self._check()
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        for a in addresses:
-            if not isinstance(a, str):
-                raise TypeError(f"addresses must be str (e.g. '127.0.0.1'), not {type(a).__name__}")
-            try:
-                ipaddress.ip_address(a)
-            except ValueError:
-                raise ValueError(f"addresses: {a!r} is not an IPv4 or IPv6 address") from None
-            _check_rc(uc_zap_address(self._c, which, a.encode("ascii"), add), "address")
+        for a in _networks(addresses):
+            _check_rc(uc_zap_address(self._c, which, a, add), "address")
 
     def allow_address(self, addresses):
         """Admit only these peer addresses (plus others allowed so), on
-        CURVE servers and on sockets with ``authenticate=True``."""
+        CURVE servers and on sockets with ``authenticate=True``.
+
+        ``addresses``: one str or a list of them, each an IPv4 or IPv6
+        address ("127.0.0.1", "::1") or network ("10.0.0.0/8", "fd00::/8").
+        Compared as addresses, not text: every spelling of an address is
+        the same one, and an IPv4 address is its IPv4-mapped IPv6 form
+        (how a dual-stack socket, ``socket_options={"ipv6": 1}``, reports
+        an IPv4 peer)."""
         self._address(addresses, UC_ZAP_ALLOW, 1)
 
     def deny_address(self, addresses):
-        """Refuse these peer addresses (checked before the allow list)."""
+        """Refuse these peer addresses or networks (checked before the allow
+        list; spelled as for ``allow_address``)."""
         self._address(addresses, UC_ZAP_DENY, 1)
 
     def forget_address(self, addresses):
-        """Take these addresses off both lists."""
+        """Take these addresses or networks off both lists (the same
+        address or network, however spelled)."""
         self._address(addresses, UC_ZAP_ALLOW, 0)
         self._address(addresses, UC_ZAP_DENY, 0)
 
@@ -221,12 +252,26 @@ cdef Authenticator _start_authenticator(Bus bus):
     return auth
 
 
+@cython.final
+cdef class _ZapDomain:
+    """One socket's domain of the authenticator: its allow= keys are dropped
+    when this goes, that is when the socket closes (Bus._forget), is
+    collected, or fails to open."""
+    cdef object _auth_ref      # weakref to the Authenticator
+    cdef readonly uint32_t id
+    cdef readonly bytes name
+
+    def __dealloc__(self):
+        auth = self._auth_ref() if self._auth_ref is not None else None
+        if auth is not None and (<Authenticator>auth)._c != NULL:
+            uc_zap_domain_drop((<Authenticator>auth)._c, self.id)
+
+
 cdef object _auth_domain(Bus bus, object opts, object curve):
-    """For a socket being opened: None (no authentication asked), or
-    (Authenticator, domain id, ZMQ_ZAP_DOMAIN bytes) with its allow= keys
-    registered."""
+    """For a socket being opened: None (no authentication asked), or its
+    _ZapDomain with its allow= keys registered."""
     cdef char name[UC_ZAP_DOMAIN_MAX]
-    cdef uint32_t domain
+    cdef _ZapDomain dom
     allow = opts.allow
     if allow is None and not opts.authenticate:
         return None
@@ -236,19 +281,64 @@ cdef object _auth_domain(Bus bus, object opts, object curve):
                          "address lists to a plain socket)")
     keys = [] if allow is None else _public_keys(allow, "allow")
     auth = _start_authenticator(bus)
-    domain = uc_zap_domain_new((<Authenticator>auth)._c, name)
+    dom = _ZapDomain.__new__(_ZapDomain)
+    dom.id = uc_zap_domain_new((<Authenticator>auth)._c, name)
+    dom.name = <bytes>name
+    dom._auth_ref = weakref.ref(auth)
     for key in keys:
-        _check_rc(uc_zap_allow_key((<Authenticator>auth)._c, domain, <const char *>(<bytes>key)),
-                  "allow")
-    return (auth, domain, <bytes>name)
+        _check_rc(uc_zap_allow_key((<Authenticator>auth)._c, dom.id,
+                                   <const char *>(<bytes>key)), "allow")
+    return dom
 
 
 cdef void _auth_register(object dom, object socket):
+    cdef object auth
     if dom is not None:
-        (<Authenticator>dom[0])._domains[socket] = dom[1]
+        auth = (<_ZapDomain>dom)._auth_ref()
+        if auth is not None:
+            (<Authenticator>auth)._domains[socket] = dom
+
+
+cdef void _auth_forget(object auth, object socket):
+    if auth is not None:
+        (<Authenticator>auth)._forget_socket(socket)
+
+
+def _bus_wide_text(bytes key, int i):
+    return (f"keys[{i}] ({key.decode('ascii')}) is allowed bus-wide: revoking it on one "
+            "socket would leave it admitted there; nothing was revoked (revoke(key) "
+            "without socket= takes it out of every scope)")
+
+
+def _networks(addresses):
+    """The address lists' entries as canonical text (bytes) for the core, or
+    TypeError/ValueError naming the argument."""
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    else:
+        try:
+            addresses = list(addresses)
+        except TypeError:
+            raise TypeError("addresses must be a str or a list of str (e.g. '127.0.0.1', "
+                            f"'10.0.0.0/8'), not {type(addresses).__name__}") from None
+    out = []
+    for i, a in enumerate(addresses):
+        if not isinstance(a, str):
+            raise TypeError(f"addresses[{i}] must be str (e.g. '127.0.0.1'), "
+                            f"not {type(a).__name__}")
+        try:
+            net = ipaddress.ip_network(a, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"addresses[{i}]: {a!r} is not an IPv4 or IPv6 address or "
+                             f"network ({exc})") from None
+        if net.prefixlen == net.max_prefixlen:
+            out.append(str(net.network_address).encode("ascii"))
+        else:
+            out.append(str(net).encode("ascii"))
+    return out
 
 
 def _allow_check(value):
     if value is not None:
-        _public_keys(value, "allow")       # converted again at open
+        _public_keys(value, "allow", False)   # directories are read at open
     return value

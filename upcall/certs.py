@@ -71,18 +71,21 @@ def _z85_key(key: object, name: str) -> bytes:
     if len(text) != _Z85_KEY_CHARS:
         raise ValueError(f"{name} must be a 40-character Z85 key (a 32-byte CURVE key), "
                          f"not {len(text)} characters")
+    if text.strip(_Z85_CHARS):
+        pos = next(i for i, c in enumerate(text) if c not in _Z85_INDEX)
+        shown = "the character" if "secret" in name else repr(text[pos])
+        raise ValueError(f"{name} is not a Z85 key: {shown} at position "
+                         f"{pos} is not a Z85 character")
     for start in range(0, _Z85_KEY_CHARS, 5):
-        value = 0
-        for pos in range(start, start + 5):
-            digit = _Z85_INDEX.get(text[pos])
-            if digit is None:
-                shown = "the character" if "secret" in name else repr(text[pos])
-                raise ValueError(f"{name} is not a Z85 key: {shown} at position "
-                                 f"{pos} is not a Z85 character")
-            value = value * 85 + digit
-        if value > 0xFFFFFFFF:
-            raise ValueError(f"{name} is not a Z85 key: characters {start}-{start + 4} "
-                             "encode more than 32 bits")
+        # 85**5 > 2**32: a group can encode too much only when its first
+        # digit is 82 or more (82 * 85**4 < 2**32 < 83 * 85**4).
+        if _Z85_INDEX[text[start]] >= 82:
+            value = 0
+            for pos in range(start, start + 5):
+                value = value * 85 + _Z85_INDEX[text[pos]]
+            if value > 0xFFFFFFFF:
+                raise ValueError(f"{name} is not a Z85 key: characters {start}-{start + 4} "
+                                 "encode more than 32 bits")
     return text.encode("ascii")
 
 
@@ -331,15 +334,17 @@ def load_certificates(directory: str | os.PathLike[str]) -> list[Certificate]:
             for n in sorted(os.listdir(directory)) if n.endswith(_PUBLIC_SUFFIX)]
 
 
-def _public_keys(keys: object, name: str) -> list[bytes]:
+def _public_keys(keys: object, name: str, read_directories: bool = True) -> list[bytes]:
     """Z85 public keys (bytes) from keys (str/bytes), Certificates, a
     directory (os.PathLike) of certificates, or an iterable of those; the
-    argument is named ``name`` in errors."""
+    argument is named ``name`` in errors.  read_directories=False checks
+    that each directory is one, without reading it (what an option's check
+    does: the files are read when the socket opens)."""
     items: Iterable[object]
     if isinstance(keys, (str, bytes, bytearray, memoryview, Certificate)):
         items = [keys]
     elif isinstance(keys, os.PathLike):
-        items = load_certificates(keys)
+        items = [keys]
     else:
         try:
             items = list(keys)  # type: ignore[call-overload]
@@ -352,7 +357,10 @@ def _public_keys(keys: object, name: str) -> list[bytes]:
         if isinstance(k, Certificate):
             out.append(k.public.encode("ascii"))
         elif isinstance(k, os.PathLike):
-            out.extend(c.public.encode("ascii") for c in load_certificates(k))
+            if read_directories:
+                out.extend(c.public.encode("ascii") for c in load_certificates(k))
+            elif not os.path.isdir(k):
+                raise ValueError(f"{os.fspath(k)!r} is not a directory of certificates")
         else:
             out.append(_z85_key(k, f"{name}[{i}]"))
     return out
