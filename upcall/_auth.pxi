@@ -206,7 +206,9 @@ cdef class Authenticator:
 
     @property
     def entries(self):
-        """Keys and addresses held (what its memory grows with)."""
+        """Keys held, one per scope each is allowed in (bus-wide, each open
+        socket's list), plus addresses and networks held: what its memory
+        grows with."""
         self._check()
         return uc_zap_entries(self._c)
 
