@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "zap.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,14 +27,25 @@
  * mechanism, then the mechanism's credentials (one for CURVE). */
 #define REQ_FRAMES 8
 
+/* A public key and the domains it is allowed in (0: bus-wide).  Most keys
+ * are allowed in one or two; more spill to the heap. */
+#define INLINE_DOMAINS 2
 typedef struct key_entry {
-    uint32_t domain;
     uint8_t key[KEY_BYTES];
+    uint32_t n_dom;          /* 0: an empty slot of the table */
+    uint32_t cap_dom;        /* > INLINE_DOMAINS: dom_heap holds them */
+    uint32_t dom_inline[INLINE_DOMAINS];
+    uint32_t *dom_heap;
 } key_entry;
 
+/* An address or a network, in IPv6 form (IPv4 as IPv4-mapped, ::ffff:a.b.c.d,
+ * its prefix length + 96): one spelling for each address, whatever was typed
+ * or reported. */
+#define ADDR_BYTES 16
 typedef struct addr_entry {
     int list;
-    char address[ADDRESS_MAX];
+    unsigned prefix;         /* bits of net that must match, 0..128 */
+    uint8_t net[ADDR_BYTES];
 } addr_entry;
 
 struct uc_zap {
@@ -45,8 +57,9 @@ struct uc_zap {
     pthread_t thread;
 
     pthread_mutex_t mu;      /* guards what follows */
-    key_entry *keys;
+    key_entry *keys;         /* open addressing, linear probing; cap a power of 2 */
     size_t n_keys, cap_keys;
+    size_t n_grants;         /* (key, domain) pairs held */
     addr_entry *addrs;
     size_t n_addrs, cap_addrs;
     size_t n_allow;          /* entries of addrs on the allow list */
@@ -59,7 +72,9 @@ struct uc_zap {
     uint64_t unreported[UC_ZAP_STAT_COUNT];
 };
 
-/* ---- the policy (under mu) -------------------------------------------- */
+/* ---- the key table (under mu) ----------------------------------------- */
+
+#define KEYS_MIN_CAP 16
 
 static int decode_key(const char *z85, uint8_t out[KEY_BYTES])
 {
@@ -68,19 +83,217 @@ static int decode_key(const char *z85, uint8_t out[KEY_BYTES])
     return 0;
 }
 
-static key_entry *find_key(uc_zap *zap, uint32_t domain, const uint8_t *key)
+/* Keys are Curve25519 public keys, uniform bytes: eight of them, mixed. */
+static size_t key_home(const uint8_t *key, size_t cap)
 {
-    for (size_t i = 0; i < zap->n_keys; i++)
-        if (zap->keys[i].domain == domain && memcmp(zap->keys[i].key, key, KEY_BYTES) == 0)
-            return &zap->keys[i];
-    return NULL;
+    uint64_t h;
+    memcpy(&h, key, sizeof h);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    return (size_t)h & (cap - 1);
 }
 
-static addr_entry *find_addr(uc_zap *zap, int list, const char *address)
+static uint32_t *dom_of(key_entry *e)
 {
+    return e->cap_dom > INLINE_DOMAINS ? e->dom_heap : e->dom_inline;
+}
+
+static int dom_has(key_entry *e, uint32_t domain)
+{
+    uint32_t *d = dom_of(e);
+    for (uint32_t i = 0; i < e->n_dom; i++)
+        if (d[i] == domain)
+            return 1;
+    return 0;
+}
+
+/* 1 added, 0 there already, -1 no memory. */
+static int dom_add(key_entry *e, uint32_t domain)
+{
+    if (dom_has(e, domain))
+        return 0;
+    uint32_t cap = e->cap_dom > INLINE_DOMAINS ? e->cap_dom : INLINE_DOMAINS;
+    if (e->n_dom == cap) {
+        uint32_t ncap = 2 * cap;
+        uint32_t *nd = malloc(ncap * sizeof *nd);
+        if (!nd)
+            return -1;
+        memcpy(nd, dom_of(e), e->n_dom * sizeof *nd);
+        if (e->cap_dom > INLINE_DOMAINS)
+            free(e->dom_heap);
+        e->dom_heap = nd;
+        e->cap_dom = ncap;
+    }
+    dom_of(e)[e->n_dom++] = domain;
+    return 1;
+}
+
+/* 1 removed, 0 not there. */
+static int dom_del(key_entry *e, uint32_t domain)
+{
+    uint32_t *d = dom_of(e);
+    for (uint32_t i = 0; i < e->n_dom; i++) {
+        if (d[i] == domain) {
+            d[i] = d[--e->n_dom];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static size_t key_slot(uc_zap *zap, const uint8_t *key, int *found)
+{
+    size_t mask = zap->cap_keys - 1, i = key_home(key, zap->cap_keys);
+    while (zap->keys[i].n_dom) {
+        if (memcmp(zap->keys[i].key, key, KEY_BYTES) == 0) {
+            *found = 1;
+            return i;
+        }
+        i = (i + 1) & mask;
+    }
+    *found = 0;
+    return i;
+}
+
+static key_entry *key_find(uc_zap *zap, const uint8_t *key)
+{
+    int found;
+    if (!zap->n_keys)
+        return NULL;
+    size_t i = key_slot(zap, key, &found);
+    return found ? &zap->keys[i] : NULL;
+}
+
+/* Move every entry into a table of cap slots (a power of 2 > n_keys). */
+static int keys_rehash(uc_zap *zap, size_t cap)
+{
+    key_entry *old = zap->keys;
+    size_t old_cap = zap->cap_keys;
+    key_entry *t = calloc(cap, sizeof *t);
+    if (!t)
+        return -1;
+    zap->keys = t;
+    zap->cap_keys = cap;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].n_dom) {
+            int found;
+            t[key_slot(zap, old[i].key, &found)] = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
+/* Empty slot i, shifting back the entries of its cluster that would no
+ * longer be found past the hole (no tombstones: lookups stay short). */
+static void key_remove_at(uc_zap *zap, size_t i)
+{
+    size_t mask = zap->cap_keys - 1;
+    key_entry *t = zap->keys;
+    if (t[i].cap_dom > INLINE_DOMAINS)
+        free(t[i].dom_heap);
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask; t[j].n_dom; j = (j + 1) & mask) {
+        size_t home = key_home(t[j].key, zap->cap_keys);
+        /* j may move to the hole when its home is not in (hole, j]. */
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            t[hole] = t[j];
+            hole = j;
+        }
+    }
+    memset(&t[hole], 0, sizeof t[hole]);
+    zap->n_keys--;
+}
+
+/* A smaller table once three quarters of it or more are empty slots. */
+static void keys_shrink(uc_zap *zap)
+{
+    if (zap->cap_keys > KEYS_MIN_CAP && zap->n_keys * 8 < zap->cap_keys) {
+        size_t cap = KEYS_MIN_CAP;
+        while (cap < zap->n_keys * 2)
+            cap *= 2;
+        (void)keys_rehash(zap, cap);   /* no memory: the larger table stays */
+    }
+}
+
+/* ---- addresses ---------------------------------------------------------- */
+
+/* "a.b.c.d", "x::y", either with "/prefix" when prefix_ok, an IPv6 one with
+ * a "%zone" (ignored: one address per host).  0, or -1 for anything else,
+ * host bits set beyond the prefix included. */
+static int parse_address(const char *text, int prefix_ok, uint8_t net[ADDR_BYTES],
+                         unsigned *prefix)
+{
+    char buf[ADDRESS_MAX];
+    size_t len = strlen(text);
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, text, len + 1);
+    long bits = -1;
+    char *slash = strchr(buf, '/');
+    if (slash) {
+        if (!prefix_ok || !slash[1])
+            return -1;
+        char *end;
+        bits = strtol(slash + 1, &end, 10);
+        if (*end || slash[1] < '0' || slash[1] > '9')
+            return -1;
+        *slash = '\0';
+    }
+    char *zone = strchr(buf, '%');
+    if (zone)
+        *zone = '\0';
+    uint8_t v4[4];
+    if (!zone && inet_pton(AF_INET, buf, v4) == 1) {
+        if (bits > 32)
+            return -1;
+        memset(net, 0, 10);
+        net[10] = net[11] = 0xff;
+        memcpy(net + 12, v4, 4);
+        *prefix = bits < 0 ? 128 : 96 + (unsigned)bits;
+    } else if (inet_pton(AF_INET6, buf, net) == 1) {
+        if (bits > 128)
+            return -1;
+        *prefix = bits < 0 ? 128 : (unsigned)bits;
+    } else {
+        return -1;
+    }
+    for (unsigned b = *prefix; b < 128; b++)
+        if (net[b / 8] & (0x80u >> (b % 8)))
+            return -1;
+    return 0;
+}
+
+static int in_network(const addr_entry *a, const uint8_t addr[ADDR_BYTES])
+{
+    unsigned whole = a->prefix / 8, rest = a->prefix % 8;
+    if (memcmp(a->net, addr, whole) != 0)
+        return 0;
+    if (rest == 0)
+        return 1;
+    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
+    return (a->net[whole] & mask) == (addr[whole] & mask);
+}
+
+/* Is the peer address (NULL: none that parses, an ipc:// peer) on list? */
+static int on_list(uc_zap *zap, int list, const uint8_t *addr)
+{
+    if (!addr)
+        return 0;
     for (size_t i = 0; i < zap->n_addrs; i++)
-        if (zap->addrs[i].list == list && strcmp(zap->addrs[i].address, address) == 0)
-            return &zap->addrs[i];
+        if (zap->addrs[i].list == list && in_network(&zap->addrs[i], addr))
+            return 1;
+    return 0;
+}
+
+static addr_entry *find_entry(uc_zap *zap, int list, const uint8_t *net, unsigned prefix)
+{
+    for (size_t i = 0; i < zap->n_addrs; i++) {
+        addr_entry *a = &zap->addrs[i];
+        if (a->list == list && a->prefix == prefix && memcmp(a->net, net, ADDR_BYTES) == 0)
+            return a;
+    }
     return NULL;
 }
 
@@ -105,14 +318,15 @@ static int frame_is(zmq_msg_t *m, const char *s)
     return zmq_msg_size(m) == n && memcmp(zmq_msg_data(m), s, n) == 0;
 }
 
-/* The verdict on one request, with the frames as received. */
-static int decide(uc_zap *zap, zmq_msg_t *f, size_t n, const char *address)
+/* The verdict on one request, with the frames as received and the peer's
+ * address parsed (NULL: none). */
+static int decide(uc_zap *zap, zmq_msg_t *f, size_t n, const uint8_t *addr)
 {
     if (n < 6 || !frame_is(&f[0], "1.0"))
         return UC_ZAP_MALFORMED;
-    if (find_addr(zap, UC_ZAP_DENY, address))
+    if (on_list(zap, UC_ZAP_DENY, addr))
         return UC_ZAP_REFUSED_IP;
-    if (zap->n_allow && !find_addr(zap, UC_ZAP_ALLOW, address))
+    if (zap->n_allow && !on_list(zap, UC_ZAP_ALLOW, addr))
         return UC_ZAP_REFUSED_IP;
     if (frame_is(&f[5], "NULL"))
         return n == 6 ? UC_ZAP_ALLOWED : UC_ZAP_MALFORMED;
@@ -120,9 +334,9 @@ static int decide(uc_zap *zap, zmq_msg_t *f, size_t n, const char *address)
         return UC_ZAP_REFUSED_MECHANISM;
     if (n != 7 || zmq_msg_size(&f[6]) != KEY_BYTES)
         return UC_ZAP_MALFORMED;
-    const uint8_t *key = zmq_msg_data(&f[6]);
+    key_entry *e = key_find(zap, zmq_msg_data(&f[6]));
     uint32_t domain = domain_id(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
-    if (find_key(zap, 0, key) || (domain && find_key(zap, domain, key)))
+    if (e && (dom_has(e, 0) || (domain && dom_has(e, domain))))
         return UC_ZAP_ALLOWED;
     return UC_ZAP_REFUSED_KEY;
 }
@@ -189,8 +403,13 @@ static void serve(uc_zap *zap)
     if (curve)
         zmq_z85_encode(z85, zmq_msg_data(&f[6]), KEY_BYTES);
 
+    uint8_t addr[ADDR_BYTES];
+    unsigned host_bits;
+    int parsed = address[0] && parse_address(address, 0, addr, &host_bits) == 0;
+
     pthread_mutex_lock(&zap->mu);
-    int verdict = total > REQ_FRAMES ? UC_ZAP_MALFORMED : decide(zap, f, n, address);
+    int verdict = total > REQ_FRAMES ? UC_ZAP_MALFORMED
+                                     : decide(zap, f, n, parsed ? addr : NULL);
     zap->stats[verdict]++;
     uc_zap_log_fn log = NULL;
     void *log_ctx = zap->log_ctx;
@@ -243,6 +462,9 @@ static void *zap_main(void *arg)
 
 static void zap_free(uc_zap *zap)
 {
+    for (size_t i = 0; i < zap->cap_keys; i++)
+        if (zap->keys[i].cap_dom > INLINE_DOMAINS)
+            free(zap->keys[i].dom_heap);
     free(zap->keys);
     free(zap->addrs);
     if (zap->efd >= 0)
@@ -342,21 +564,23 @@ int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85)
         return UC_ERR_ARG;
     int rc = UC_OK;
     pthread_mutex_lock(&zap->mu);
-    if (!find_key(zap, domain, key)) {
-        if (zap->n_keys == zap->cap_keys) {
-            size_t cap = zap->cap_keys ? 2 * zap->cap_keys : 16;
-            key_entry *k = realloc(zap->keys, cap * sizeof *k);
-            if (!k)
-                rc = UC_ERR_NOMEM;
-            else {
-                zap->keys = k;
-                zap->cap_keys = cap;
-            }
-        }
-        if (rc == UC_OK) {
-            zap->keys[zap->n_keys].domain = domain;
-            memcpy(zap->keys[zap->n_keys].key, key, KEY_BYTES);
-            zap->n_keys++;
+    /* At most three quarters full, so that a probe always ends. */
+    if ((zap->n_keys + 1) * 4 > zap->cap_keys * 3
+        && keys_rehash(zap, zap->cap_keys ? 2 * zap->cap_keys : KEYS_MIN_CAP)) {
+        rc = UC_ERR_NOMEM;
+    } else {
+        int found;
+        size_t i = key_slot(zap, key, &found);
+        key_entry *e = &zap->keys[i];
+        if (!found)
+            memcpy(e->key, key, KEY_BYTES);
+        int added = dom_add(e, domain);
+        if (added < 0)
+            rc = UC_ERR_NOMEM;       /* a new entry has n_dom 0: still an empty slot */
+        else if (added) {
+            zap->n_grants++;
+            if (!found)
+                zap->n_keys++;
         }
     }
     pthread_mutex_unlock(&zap->mu);
@@ -368,22 +592,48 @@ int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85)
     uint8_t key[KEY_BYTES];
     if (!zap || decode_key(public_z85, key))
         return UC_ERR_ARG;
+    int rc = UC_OK;
     pthread_mutex_lock(&zap->mu);
-    key_entry *k = find_key(zap, domain, key);
-    if (k)
-        *k = zap->keys[--zap->n_keys];
+    key_entry *e = key_find(zap, key);
+    if (e && domain == 0) {
+        zap->n_grants -= e->n_dom;
+        key_remove_at(zap, (size_t)(e - zap->keys));
+        keys_shrink(zap);
+    } else if (e && dom_has(e, 0)) {
+        rc = UC_ZAP_BUS_WIDE;
+    } else if (e && dom_del(e, domain)) {
+        zap->n_grants--;
+        if (e->n_dom == 0) {
+            key_remove_at(zap, (size_t)(e - zap->keys));
+            keys_shrink(zap);
+        }
+    }
     pthread_mutex_unlock(&zap->mu);
-    return UC_OK;
+    return rc;
+}
+
+int uc_zap_key_bus_wide(uc_zap *zap, const char *public_z85)
+{
+    uint8_t key[KEY_BYTES];
+    if (!zap || decode_key(public_z85, key))
+        return UC_ERR_ARG;
+    pthread_mutex_lock(&zap->mu);
+    key_entry *e = key_find(zap, key);
+    int bus_wide = e && dom_has(e, 0);
+    pthread_mutex_unlock(&zap->mu);
+    return bus_wide;
 }
 
 int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
 {
+    uint8_t net[ADDR_BYTES];
+    unsigned prefix;
     if (!zap || (list != UC_ZAP_ALLOW && list != UC_ZAP_DENY) || !address
-        || !*address || strlen(address) >= ADDRESS_MAX)
+        || parse_address(address, 1, net, &prefix))
         return UC_ERR_ARG;
     int rc = UC_OK;
     pthread_mutex_lock(&zap->mu);
-    addr_entry *a = find_addr(zap, list, address);
+    addr_entry *a = find_entry(zap, list, net, prefix);
     if (add && !a) {
         if (zap->n_addrs == zap->cap_addrs) {
             size_t cap = zap->cap_addrs ? 2 * zap->cap_addrs : 8;
@@ -398,7 +648,8 @@ int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
         if (rc == UC_OK) {
             a = &zap->addrs[zap->n_addrs++];
             a->list = list;
-            snprintf(a->address, sizeof a->address, "%s", address);
+            a->prefix = prefix;
+            memcpy(a->net, net, ADDR_BYTES);
             if (list == UC_ZAP_ALLOW)
                 zap->n_allow++;
         }
@@ -425,12 +676,20 @@ void uc_zap_domain_drop(uc_zap *zap, uint32_t domain)
     if (!zap || domain == 0)
         return;
     pthread_mutex_lock(&zap->mu);
-    for (size_t i = 0; i < zap->n_keys;) {
-        if (zap->keys[i].domain == domain)
-            zap->keys[i] = zap->keys[--zap->n_keys];
-        else
-            i++;
+    /* One pass; after a removal slot i holds an entry shifted back into it
+     * (or is empty), so it is looked at again. */
+    for (size_t i = 0; i < zap->cap_keys;) {
+        key_entry *e = &zap->keys[i];
+        if (e->n_dom && dom_del(e, domain)) {
+            zap->n_grants--;
+            if (e->n_dom == 0) {
+                key_remove_at(zap, i);
+                continue;
+            }
+        }
+        i++;
     }
+    keys_shrink(zap);
     pthread_mutex_unlock(&zap->mu);
 }
 
@@ -444,7 +703,7 @@ void uc_zap_stats(uc_zap *zap, uint64_t out[UC_ZAP_STAT_COUNT])
 size_t uc_zap_entries(uc_zap *zap)
 {
     pthread_mutex_lock(&zap->mu);
-    size_t n = zap->n_keys + zap->n_addrs;
+    size_t n = zap->n_grants + zap->n_addrs;
     pthread_mutex_unlock(&zap->mu);
     return n;
 }

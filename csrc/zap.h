@@ -19,7 +19,7 @@
  *
  * A socket's domain is the string "upcall-auth-<id>" (uc_zap_domain_name)
  * of an id from uc_zap_domain_new; any other domain, the empty one included,
- * is domain 0.  Nothing is allocated per request: a flood of handshakes
+ * is domain 0.  Addresses are compared as addresses (uc_zap_address).  Nothing is allocated per request: a flood of handshakes
  * costs time, never memory.  A refusal ends only the handshake being made:
  * libzmq has no call that closes one accepted connection of a socket, so
  * revoking a key refuses that client's next handshake (a reconnection),
@@ -68,25 +68,44 @@ uc_zap *uc_zap_start(uc_bus *bus, int *err);
  * free everything.  No log call is made once it returns. */
 void uc_zap_stop(uc_zap *zap);
 
-/* Add or remove a 40-character Z85 public key for `domain` (0: every
- * socket of the bus).  UC_OK (also for a key already there / not there),
- * UC_ERR_ARG (not a Z85 key), UC_ERR_NOMEM. */
+/* Allow a 40-character Z85 public key in `domain` (0: bus-wide, every
+ * socket of the bus; else one socket's domain).  A key may be allowed in
+ * several domains at once.  UC_OK (also for a key already there), UC_ERR_ARG
+ * (not a Z85 key), UC_ERR_NOMEM.  Keys live in a hash table: allowing n keys
+ * costs O(n), a handshake's look-up O(1). */
 int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85);
+
+/* Revoke a key.  Domain 0: out of every domain it is allowed in, bus-wide
+ * and each socket's.  A socket's domain: out of that domain; but a key
+ * allowed bus-wide would still be admitted there, so nothing is changed and
+ * UC_ZAP_BUS_WIDE (> 0) is returned.  UC_OK (also for a key on no list),
+ * UC_ERR_ARG. */
+#define UC_ZAP_BUS_WIDE 1
 int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85);
 
-/* Add (add != 0) or remove an address (as libzmq gives it: "127.0.0.1",
- * "::1") on the UC_ZAP_ALLOW or UC_ZAP_DENY list.  UC_OK, UC_ERR_ARG,
+/* 1 if the key is allowed bus-wide, 0 if not, UC_ERR_ARG. */
+int uc_zap_key_bus_wide(uc_zap *zap, const char *public_z85);
+
+/* Add (add != 0) or remove an address or a network on the UC_ZAP_ALLOW or
+ * UC_ZAP_DENY list: "127.0.0.1", "::1", "10.0.0.0/8", "fd00::/8" (host bits
+ * beyond the prefix must be 0).  Compared as addresses, not text: any
+ * spelling of an IPv6 address is the same, and an IPv4 address equals its
+ * IPv4-mapped IPv6 form (::ffff:127.0.0.1, how a dual-stack socket reports
+ * an IPv4 peer); an IPv6 zone ("%eth0") is ignored.  The lists are scanned
+ * per handshake: their length is the caller's.  UC_OK, UC_ERR_ARG,
  * UC_ERR_NOMEM. */
 int uc_zap_address(uc_zap *zap, int list, const char *address, int add);
 
 /* A new socket domain (ids from 1) and its ZMQ_ZAP_DOMAIN string, written
- * into name[UC_ZAP_DOMAIN_MAX].  uc_zap_domain_drop forgets its keys. */
+ * into name[UC_ZAP_DOMAIN_MAX].  uc_zap_domain_drop forgets its keys (the
+ * owner calls it when the socket closes), in one pass over the table. */
 #define UC_ZAP_DOMAIN_MAX 32
 uint32_t uc_zap_domain_new(uc_zap *zap, char *name);
 void uc_zap_domain_drop(uc_zap *zap, uint32_t domain);
 
 void uc_zap_stats(uc_zap *zap, uint64_t out[UC_ZAP_STAT_COUNT]);
-/* Keys and addresses held: what the handler's memory grows with. */
+/* Grants (a key in one domain) and addresses held: what the handler's
+ * memory grows with. */
 size_t uc_zap_entries(uc_zap *zap);
 
 /* The refusal log (NULL: none), at most once per cause per window_ns. */

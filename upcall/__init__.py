@@ -33,15 +33,17 @@ from upcall._bus import (  # noqa: F401
     ZMQError,
     curve_keypair,
     Authenticator,
-    Certificate,
-    create_certificates,
-    load_certificate,
-    load_certificates,
     native_threads,
     oob_outstanding,
     python_threads,
 )
 
+from upcall.certs import (  # noqa: F401
+    Certificate,
+    create_certificates,
+    load_certificate,
+    load_certificates,
+)
 from upcall.handler import Counter, Handler  # noqa: F401
 from upcall import native  # noqa: F401  (upcall.native.NativeHandler, Count, FieldFilter)
 

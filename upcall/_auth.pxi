@@ -1,16 +1,13 @@
-# Client authentication: the bus's ZAP handler (csrc/zap.c), the
-# subscribe()/publisher() options that use it (allow=, authenticate=), and
-# certificate files in the format of CZMQ's zcert and pyzmq's zmq.auth.
-#
-# Secret keys never reach a log, a repr or an exception text: a Certificate's
-# repr names its public key only, and the key checks (_curve.pxi) name the
-# position of a bad character of a secret key, not the character.
+# Client authentication: the bridge to the bus's ZAP handler (csrc/zap.c)
+# and the subscribe()/publisher() options that use it (allow=,
+# authenticate=).  Certificate files are upcall.certs's (plain Python).
 
 from libc.errno cimport EADDRINUSE
 from libc.stdint cimport uint32_t
 
-import datetime
 import ipaddress
+
+from upcall.certs import _public_keys
 
 cdef extern from "zap.h" nogil:
     ctypedef struct uc_zap:
@@ -31,8 +28,11 @@ cdef extern from "zap.h" nogil:
     void uc_zap_stop(uc_zap *zap)
     int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85)
     int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85)
+    int uc_zap_key_bus_wide(uc_zap *zap, const char *public_z85)
+    enum: UC_ZAP_BUS_WIDE
     int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
     uint32_t uc_zap_domain_new(uc_zap *zap, char *name)
+    void uc_zap_domain_drop(uc_zap *zap, uint32_t domain)
     void uc_zap_stats(uc_zap *zap, uint64_t *out)
     size_t uc_zap_entries(uc_zap *zap)
     void uc_zap_set_log(uc_zap *zap, uc_zap_log_fn fn, void *ctx, int64_t window_ns)
@@ -70,197 +70,6 @@ cdef void _zap_log(void *ctx, int cause, const char *address, const char *z85,
                             "left_out": unreported})
     except BaseException as exc:
         _write_unraisable(exc, None)
-
-
-# ---- certificates --------------------------------------------------------
-
-_CERT_PUBLIC_BANNER = """#   ****  Generated on {0} by upcall  ****
-#   ZeroMQ CURVE Public Certificate
-#   Exchange securely, or use a secure mechanism to verify the contents
-#   of this file after exchange. Store public certificates in your home
-#   directory, in the .curve subdirectory.
-
-"""
-_CERT_SECRET_BANNER = """#   ****  Generated on {0} by upcall  ****
-#   ZeroMQ CURVE **Secret** Certificate
-#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions.
-
-"""
-
-
-class Certificate:
-    """A CURVE certificate: a public key, the secret key when this side owns
-    it, and metadata (the zcert format's ``metadata`` section).
-
-    ``Certificate(public, secret=None, metadata=None)``; keys are 40-character
-    Z85 (str or bytes), checked as ``curve_server=`` checks them (the public
-    key must be the secret's).  ``pair`` is ``(public, secret)`` for
-    ``curve_server=`` / ``curve_client=``; a Certificate is accepted there
-    and by ``allow=`` as it is.  Its repr and str never show the secret key.
-    """
-    __slots__ = ("public", "_secret", "metadata")
-
-    def __init__(self, public, secret=None, metadata=None):
-        if secret is None:
-            pub = _z85_key(public, "public")
-        else:
-            pub, sec = _z85_pair((public, secret), "certificate")
-            secret = sec.decode("ascii")
-        object.__setattr__(self, "public", pub.decode("ascii"))
-        object.__setattr__(self, "_secret", secret)
-        meta = {} if metadata is None else dict(metadata)
-        for k, v in meta.items():
-            if not isinstance(k, str) or not isinstance(v, str) or "\n" in k + v or "=" in k:
-                raise ValueError("metadata must map str names (no '=' or newline) to "
-                                 "str values (no newline)")
-        object.__setattr__(self, "metadata", meta)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Certificate is frozen")
-
-    @property
-    def secret(self):
-        """The secret key (Z85 str), or None for a public certificate."""
-        return self._secret
-
-    @property
-    def pair(self):
-        """``(public, secret)``; ValueError for a public certificate."""
-        if self._secret is None:
-            raise ValueError(f"{self!r} holds no secret key: it cannot be a key pair")
-        return (self.public, self._secret)
-
-    def __repr__(self):
-        return (f"<upcall.Certificate public={self.public!r}"
-                f"{' with secret key' if self._secret is not None else ''}>")
-
-    __str__ = __repr__
-
-    def __eq__(self, other):
-        if not isinstance(other, Certificate):
-            return NotImplemented
-        return self.public == other.public and self._secret == other._secret
-
-    def __hash__(self):
-        return hash(self.public)
-
-    def save(self, directory, name):
-        """Write ``name.key`` (the public certificate) and, when the secret
-        key is held, ``name.key_secret`` (readable by the owner only, 0600)
-        in ``directory``, in the format pyzmq's ``zmq.auth`` and CZMQ read.
-        Returns ``(public_path, secret_path or None)``."""
-        directory = os.fspath(directory)
-        if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
-            raise ValueError(f"name must be a file name without a directory, not {name!r}")
-        now = datetime.datetime.now()
-        public_path = os.path.join(directory, name + ".key")
-        _write_cert(public_path, _CERT_PUBLIC_BANNER.format(now), self.public, None,
-                    self.metadata, 0o644)
-        secret_path = None
-        if self._secret is not None:
-            secret_path = os.path.join(directory, name + ".key_secret")
-            _write_cert(secret_path, _CERT_SECRET_BANNER.format(now), self.public,
-                        self._secret, self.metadata, 0o600)
-        return public_path, secret_path
-
-
-def _write_cert(str path, str banner, str public, object secret, dict metadata, int mode):
-    lines = [banner, "metadata\n"]
-    for k, v in metadata.items():
-        lines.append(f'    {k} = "{v}"\n')
-    lines.append("curve\n")
-    lines.append(f'    public-key = "{public}"\n')
-    if secret is not None:
-        lines.append(f'    secret-key = "{secret}"\n')
-    # Created with its final mode (no moment readable by others), and the
-    # mode set again for a file that was there before.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, "".join(lines).encode("utf-8"))
-    finally:
-        os.close(fd)
-
-
-def create_certificates(directory, name, metadata=None):
-    """A new key pair written as ``name.key`` and ``name.key_secret`` (0600)
-    in ``directory`` (pyzmq's ``zmq.auth.create_certificates``); returns
-    ``(public_path, secret_path)``."""
-    public, secret = curve_keypair()
-    return Certificate(public, secret, metadata).save(directory, name)
-
-
-def load_certificate(path):
-    """The Certificate in a zcert file (``name.key``: public only;
-    ``name.key_secret``: with the secret key), as pyzmq's
-    ``zmq.auth.load_certificate`` reads it.  OSError if it cannot be read;
-    ValueError (naming the file, never a key) if it holds no valid key."""
-    path = os.fspath(path)
-    public = secret = None
-    metadata = {}
-    section = None
-    with open(path, "rb") as f:
-        for raw in f:
-            line = raw.strip()
-            if not line or line.startswith(b"#"):
-                continue
-            if not raw[:1].isspace():
-                section = line
-                continue
-            if b"=" not in line:
-                continue
-            k, v = line.split(b"=", 1)
-            k = k.strip()
-            v = v.strip().strip(b"'\"")
-            if section == b"curve" and k == b"public-key":
-                public = v
-            elif section == b"curve" and k == b"secret-key":
-                secret = v
-            elif section == b"metadata":
-                metadata[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    if public is None:
-        raise ValueError(f"{path}: no public-key in its curve section: not a certificate file")
-    try:
-        return Certificate(public, secret, metadata)
-    except (TypeError, ValueError) as exc:
-        # The text names the key checked, never its value beyond a position.
-        raise ValueError(f"{path}: {exc}") from None
-
-
-def load_certificates(directory):
-    """The public certificates (every ``*.key`` file) of ``directory``,
-    sorted by file name: the allow-list pyzmq's ``configure_curve(location=)``
-    reads."""
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise ValueError(f"{directory!r} is not a directory of certificates")
-    return [load_certificate(os.path.join(directory, n))
-            for n in sorted(os.listdir(directory)) if n.endswith(".key")]
-
-
-def _public_keys(object keys, str name):
-    """Z85 public keys (bytes) from keys (str/bytes), Certificates, a
-    directory (os.PathLike) of certificates, or an iterable of those."""
-    if isinstance(keys, (str, bytes, bytearray, memoryview, Certificate)):
-        keys = [keys]
-    elif isinstance(keys, os.PathLike):
-        keys = load_certificates(keys)
-    else:
-        try:
-            keys = list(keys)
-        except TypeError:
-            raise TypeError(f"{name} must be public keys (Z85 str/bytes), Certificates, a "
-                            f"directory (pathlib.Path) of certificates, or a list of those, "
-                            f"not {type(keys).__name__}") from None
-    out = []
-    for i, k in enumerate(keys):
-        if isinstance(k, Certificate):
-            out.append((<str>k.public).encode("ascii"))
-        elif isinstance(k, os.PathLike):
-            out.extend((<str>c.public).encode("ascii") for c in load_certificates(k))
-        else:
-            out.append(_z85_key(k, f"{name}[{i}]"))
-    return out
 
 
 # ---- the authenticator ---------------------------------------------------
@@ -305,16 +114,27 @@ cdef class Authenticator:
         if socket is None:
             return 0
         try:
-            return self._domains[socket]
+            return (<_ZapDomain>self._domains[socket]).id
         except (KeyError, TypeError):
+            if getattr(socket, "closed", False):
+                raise ValueError(f"socket={socket!r} is closed: its allow= keys went "
+                                 "with it") from None
             raise ValueError(f"socket={socket!r} was not opened with allow= or "
                              "authenticate=True on this bus") from None
+
+    cdef void _forget_socket(self, object socket):
+        # The socket closed: its domain's keys go (see _ZapDomain).
+        try:
+            self._domains.pop(socket, None)
+        except TypeError:
+            pass
 
     def allow(self, keys, *, socket=None):
         """Admit CURVE clients: ``keys`` are public keys (Z85 str/bytes),
         Certificates, a directory (``pathlib.Path``) of public certificates,
         or a list of those; on every CURVE server of the bus, or only on
-        ``socket`` (a Subscription or Publisher opened with ``allow=``)."""
+        ``socket`` (a Subscription or Publisher opened with ``allow=``).
+        A socket's keys are forgotten when it closes."""
         self._check()
         cdef uint32_t domain = self._domain_of(socket)
         for key in _public_keys(keys, "keys"):
@@ -322,36 +142,53 @@ cdef class Authenticator:
 
     def revoke(self, keys, *, socket=None):
         """Refuse these keys' next handshakes (see the class: a connection
-        already accepted stays until it closes)."""
+        already accepted stays until it closes).
+
+        Without ``socket``: the keys are taken out of every scope they were
+        allowed in, bus-wide and every socket's ``allow=`` list.  With
+        ``socket``: out of that socket's list; a key allowed bus-wide would
+        still be admitted there, so that is a ValueError naming the key, and
+        nothing is revoked (revoke it bus-wide, then allow it again on the
+        sockets that keep it)."""
         self._check()
         cdef uint32_t domain = self._domain_of(socket)
-        for key in _public_keys(keys, "keys"):
-            _check_rc(uc_zap_revoke_key(self._c, domain, <const char *>(<bytes>key)), "revoke")
+        cdef int rc
+        keys = _public_keys(keys, "keys")
+        if domain != 0:
+            for i, key in enumerate(keys):
+                if uc_zap_key_bus_wide(self._c, <const char *>(<bytes>key)) == 1:
+                    raise ValueError(_bus_wide_text(key, i))
+        for i, key in enumerate(keys):
+            rc = uc_zap_revoke_key(self._c, domain, <const char *>(<bytes>key))
+            if rc == UC_ZAP_BUS_WIDE:      # allowed bus-wide since the check above
+                raise ValueError(_bus_wide_text(key, i))
+            _check_rc(rc, "revoke")
 
     cdef _address(self, object addresses, int which, int add):
         self._check()
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        for a in addresses:
-            if not isinstance(a, str):
-                raise TypeError(f"addresses must be str (e.g. '127.0.0.1'), not {type(a).__name__}")
-            try:
-                ipaddress.ip_address(a)
-            except ValueError:
-                raise ValueError(f"addresses: {a!r} is not an IPv4 or IPv6 address") from None
-            _check_rc(uc_zap_address(self._c, which, a.encode("ascii"), add), "address")
+        for a in _networks(addresses):
+            _check_rc(uc_zap_address(self._c, which, a, add), "address")
 
     def allow_address(self, addresses):
         """Admit only these peer addresses (plus others allowed so), on
-        CURVE servers and on sockets with ``authenticate=True``."""
+        CURVE servers and on sockets with ``authenticate=True``.
+
+        ``addresses``: one str or a list of them, each an IPv4 or IPv6
+        address ("127.0.0.1", "::1") or network ("10.0.0.0/8", "fd00::/8").
+        Compared as addresses, not text: every spelling of an address is
+        the same one, and an IPv4 address is its IPv4-mapped IPv6 form
+        (how a dual-stack socket, ``socket_options={"ipv6": 1}``, reports
+        an IPv4 peer)."""
         self._address(addresses, UC_ZAP_ALLOW, 1)
 
     def deny_address(self, addresses):
-        """Refuse these peer addresses (checked before the allow list)."""
+        """Refuse these peer addresses or networks (checked before the allow
+        list; spelled as for ``allow_address``)."""
         self._address(addresses, UC_ZAP_DENY, 1)
 
     def forget_address(self, addresses):
-        """Take these addresses off both lists."""
+        """Take these addresses or networks off both lists (the same
+        address or network, however spelled)."""
         self._address(addresses, UC_ZAP_ALLOW, 0)
         self._address(addresses, UC_ZAP_DENY, 0)
 
@@ -369,7 +206,9 @@ cdef class Authenticator:
 
     @property
     def entries(self):
-        """Keys and addresses held (what its memory grows with)."""
+        """Keys held, one per scope each is allowed in (bus-wide, each open
+        socket's list), plus addresses and networks held: what its memory
+        grows with."""
         self._check()
         return uc_zap_entries(self._c)
 
@@ -415,12 +254,26 @@ cdef Authenticator _start_authenticator(Bus bus):
     return auth
 
 
+@cython.final
+cdef class _ZapDomain:
+    """One socket's domain of the authenticator: its allow= keys are dropped
+    when this goes, that is when the socket closes (Bus._forget), is
+    collected, or fails to open."""
+    cdef object _auth_ref      # weakref to the Authenticator
+    cdef readonly uint32_t id
+    cdef readonly bytes name
+
+    def __dealloc__(self):
+        auth = self._auth_ref() if self._auth_ref is not None else None
+        if auth is not None and (<Authenticator>auth)._c != NULL:
+            uc_zap_domain_drop((<Authenticator>auth)._c, self.id)
+
+
 cdef object _auth_domain(Bus bus, object opts, object curve):
-    """For a socket being opened: None (no authentication asked), or
-    (Authenticator, domain id, ZMQ_ZAP_DOMAIN bytes) with its allow= keys
-    registered."""
+    """For a socket being opened: None (no authentication asked), or its
+    _ZapDomain with its allow= keys registered."""
     cdef char name[UC_ZAP_DOMAIN_MAX]
-    cdef uint32_t domain
+    cdef _ZapDomain dom
     allow = opts.allow
     if allow is None and not opts.authenticate:
         return None
@@ -430,19 +283,64 @@ cdef object _auth_domain(Bus bus, object opts, object curve):
                          "address lists to a plain socket)")
     keys = [] if allow is None else _public_keys(allow, "allow")
     auth = _start_authenticator(bus)
-    domain = uc_zap_domain_new((<Authenticator>auth)._c, name)
+    dom = _ZapDomain.__new__(_ZapDomain)
+    dom.id = uc_zap_domain_new((<Authenticator>auth)._c, name)
+    dom.name = <bytes>name
+    dom._auth_ref = weakref.ref(auth)
     for key in keys:
-        _check_rc(uc_zap_allow_key((<Authenticator>auth)._c, domain, <const char *>(<bytes>key)),
-                  "allow")
-    return (auth, domain, <bytes>name)
+        _check_rc(uc_zap_allow_key((<Authenticator>auth)._c, dom.id,
+                                   <const char *>(<bytes>key)), "allow")
+    return dom
 
 
 cdef void _auth_register(object dom, object socket):
+    cdef object auth
     if dom is not None:
-        (<Authenticator>dom[0])._domains[socket] = dom[1]
+        auth = (<_ZapDomain>dom)._auth_ref()
+        if auth is not None:
+            (<Authenticator>auth)._domains[socket] = dom
+
+
+cdef void _auth_forget(object auth, object socket):
+    if auth is not None:
+        (<Authenticator>auth)._forget_socket(socket)
+
+
+def _bus_wide_text(bytes key, int i):
+    return (f"keys[{i}] ({key.decode('ascii')}) is allowed bus-wide: revoking it on one "
+            "socket would leave it admitted there; nothing was revoked (revoke(key) "
+            "without socket= takes it out of every scope)")
+
+
+def _networks(addresses):
+    """The address lists' entries as canonical text (bytes) for the core, or
+    TypeError/ValueError naming the argument."""
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    else:
+        try:
+            addresses = list(addresses)
+        except TypeError:
+            raise TypeError("addresses must be a str or a list of str (e.g. '127.0.0.1', "
+                            f"'10.0.0.0/8'), not {type(addresses).__name__}") from None
+    out = []
+    for i, a in enumerate(addresses):
+        if not isinstance(a, str):
+            raise TypeError(f"addresses[{i}] must be str (e.g. '127.0.0.1'), "
+                            f"not {type(a).__name__}")
+        try:
+            net = ipaddress.ip_network(a, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"addresses[{i}]: {a!r} is not an IPv4 or IPv6 address or "
+                             f"network ({exc})") from None
+        if net.prefixlen == net.max_prefixlen:
+            out.append(str(net.network_address).encode("ascii"))
+        else:
+            out.append(str(net).encode("ascii"))
+    return out
 
 
 def _allow_check(value):
     if value is not None:
-        _public_keys(value, "allow")       # converted again at open
+        _public_keys(value, "allow", False)   # directories are read at open
     return value

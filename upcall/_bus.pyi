@@ -8,6 +8,7 @@ from typing import (Any, Callable, ClassVar, Coroutine, Generator, Iterable, Lit
 from typing_extensions import Self, Unpack, disjoint_base
 
 from upcall._codec import Decoder, UpcallError
+from upcall.certs import Certificate
 from upcall.aio import AsyncSubscription
 from upcall.handler import Handler
 from upcall.native import NativeHandler
@@ -55,6 +56,8 @@ AllowedKeys = CurveKey | Certificate | os.PathLike[str] | Iterable[CurveKey | Ce
 
 def curve_keypair() -> tuple[str, str]:
     """A new CURVE key pair (public, secret) as Z85 strings; RuntimeError without CURVE."""
+# The public key of a Z85 secret key, as libzmq derives it (upcall.certs).
+def _curve_public(secret: bytes) -> bytes: ...
 
 def python_threads(run: _Run) -> None:
     """Run the loop on a daemon ``threading.Thread`` named ``upcall-<n>``."""
@@ -332,26 +335,6 @@ class Authenticator:
     def entries(self) -> int: ...
     @property
     def running(self) -> bool: ...
-
-class Certificate:
-    """A CURVE certificate: public key, optional secret key, metadata."""
-    __slots__ = ("public", "_secret", "metadata")
-    public: str
-    metadata: dict[str, str]
-    def __init__(self, public: CurveKey, secret: CurveKey | None = None,
-                 metadata: Mapping[str, str] | None = None) -> None: ...
-    @property
-    def secret(self) -> str | None: ...
-    @property
-    def pair(self) -> tuple[str, str]: ...
-    def save(self, directory: str | os.PathLike[str], name: str) -> tuple[str, str | None]: ...
-    def __eq__(self, other: object) -> bool: ...
-    def __hash__(self) -> int: ...
-
-def create_certificates(directory: str | os.PathLike[str], name: str,
-                        metadata: Mapping[str, str] | None = None) -> tuple[str, str]: ...
-def load_certificate(path: str | os.PathLike[str]) -> Certificate: ...
-def load_certificates(directory: str | os.PathLike[str]) -> list[Certificate]: ...
 
 # Seconds between two log records of one refusal cause of an Authenticator.
 AUTH_LOG_INTERVAL: float

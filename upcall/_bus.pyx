@@ -712,7 +712,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._with_sender = opts.with_sender
         _fill_curve(&o.curve, curve)
         if zap is not None:
-            o.curve.zap_domain = <const char *>(<bytes>zap[2])
+            o.curve.zap_domain = <const char *>(<_ZapDomain>zap).name
         o.deliver = _deliver
         o.ctx = &sub._st
         if routed is not None:
@@ -893,7 +893,7 @@ A zmq context and every subscription and publisher opened on it.
         _fill_curve(&o.curve, curve)
         zap = _auth_domain(self, opts, curve)
         if zap is not None:
-            o.curve.zap_domain = <const char *>(<bytes>zap[2])
+            o.curve.zap_domain = <const char *>(<_ZapDomain>zap).name
         cdef Publisher pub = Publisher.__new__(Publisher, _MADE_HERE)
         pub._bus = self
         pub.endpoint = endpoint
@@ -936,6 +936,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef _forget(self, obj):
         self._subs.discard(obj)
         self._pubs.discard(obj)
+        _auth_forget(self._auth, obj)
 
     def wait(self, timeout=None):
         """Wait until the bus is closed (by another thread, a target, or at

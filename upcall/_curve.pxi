@@ -1,13 +1,13 @@
 # CURVE security (ZeroMQ's CurveZMQ): key pairs and the per-socket roles.
 #
 # Keys travel as Z85 text, 40 characters for a 32-byte Curve25519 key.
-# curve_keypair() returns str; every argument accepts str or bytes.
+# curve_keypair() returns str; every argument accepts str or bytes.  The key
+# checks are upcall.certs's (plain Python, shared with certificate files).
 
 from upcall.includes.zmq cimport zmq_has, zmq_curve_keypair, zmq_curve_public, zmq_version
 
-_Z85_CHARS = ("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-              ".-:+=^!/*?&<>()[]{}@%$#")
-_Z85_INDEX = {c: i for i, c in enumerate(_Z85_CHARS)}
+from upcall.certs import _z85_key, _z85_pair
+
 _curve_checked = False
 
 
@@ -25,55 +25,14 @@ cdef int _require_curve() except -1:
     return 0
 
 
-cdef bytes _z85_key(object key, str name):
-    """A 40-character Z85 key as bytes (for zmq_setsockopt), or TypeError/ValueError."""
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        try:
-            text = bytes(key).decode("ascii")
-        except UnicodeDecodeError:
-            raise ValueError(f"{name} must be a 40-character Z85 key; "
-                             "it holds non-ASCII bytes") from None
-    elif isinstance(key, str):
-        text = key
-    else:
-        raise TypeError(f"{name} must be a 40-character Z85 key as str or bytes, "
-                        f"not {type(key).__name__}")
-    if len(text) != 40:
-        raise ValueError(f"{name} must be a 40-character Z85 key (a 32-byte CURVE key), "
-                         f"not {len(text)} characters")
-    for start in range(0, 40, 5):
-        value = 0
-        for pos in range(start, start + 5):
-            digit = _Z85_INDEX.get(text[pos])
-            if digit is None:
-                # A secret key's characters are not shown, not even a bad one.
-                shown = "the character" if "secret" in name else repr(text[pos])
-                raise ValueError(f"{name} is not a Z85 key: {shown} at position "
-                                 f"{pos} is not a Z85 character")
-            value = value * 85 + digit
-        if value > 0xFFFFFFFF:
-            raise ValueError(f"{name} is not a Z85 key: characters {start}-{start + 4} "
-                             "encode more than 32 bits")
-    return text.encode("ascii")
-
-
-cdef tuple _z85_pair(object pair, str name):
-    """(public, secret) as bytes; checks that the public key is the secret's."""
+def _curve_public(bytes secret):
+    """The Z85 public key (bytes) of a checked 40-character Z85 secret key,
+    as libzmq derives it (upcall.certs checks key pairs with it)."""
     cdef char derived[41]
-    if isinstance(pair, Certificate):
-        pair = pair.pair
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise TypeError(f"{name} must be a (public, secret) pair of Z85 keys as made "
-                        f"by upcall.curve_keypair(), not {type(pair).__name__}"
-                        + (f" of length {len(pair)}" if isinstance(pair, (tuple, list)) else ""))
-    public = _z85_key(pair[0], f"{name}[0] (the public key)")
-    secret = _z85_key(pair[1], f"{name}[1] (the secret key)")
+    _require_curve()
     if zmq_curve_public(derived, secret) != 0:
-        raise ValueError(f"{name}: cannot derive a public key from the secret key")
-    if derived[:40] != public:
-        raise ValueError(f"{name}: the public key is not the one of this secret key "
-                         "(is the pair in (public, secret) order?)")
-    return (public, secret)
+        raise ValueError("cannot derive a public key from the secret key")
+    return derived[:40]
 
 
 def curve_keypair():

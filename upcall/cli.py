@@ -454,12 +454,14 @@ def _keygen(opts: argparse.Namespace) -> int:
                       EXIT_USAGE)
     if not os.path.isdir(opts.dir):
         raise Failure(f"--dir {opts.dir!r} is not a directory", EXIT_FAILED)
-    paths = [os.path.join(opts.dir, name + ext) for ext in (".key", ".key_secret")]
-    existing = [p for p in paths if os.path.exists(p)]
-    if existing and not opts.force:
-        raise Failure(f"{existing[0]} exists (--force replaces it)", EXIT_FAILED)
     try:
-        public_path, secret_path = upcall.create_certificates(opts.dir, name)
+        # Never through a link; an existing path (a link included) is
+        # replaced only with --force, and then the path, not a link's target.
+        public_path, secret_path = upcall.create_certificates(opts.dir, name,
+                                                              overwrite=opts.force)
+    except FileExistsError as exc:
+        raise Failure(f"{exc.filename or exc} exists (--force replaces it)",
+                      EXIT_FAILED) from None
     except OSError as exc:
         raise Failure(f"cannot write the certificates: {exc}", EXIT_FAILED) from None
     cert = upcall.load_certificate(public_path)

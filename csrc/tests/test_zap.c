@@ -165,8 +165,193 @@ static int test_policy(void)
     return 0;
 }
 
+static int verdict_of(void *req, const char *domain, const char *address,
+                      const uint8_t *key, const char *code)
+{
+    reply r;
+    if (curve_request(req, domain, address, key, &r) != 0)
+        return 0;
+    return strcmp(r.code, code) == 0;
+}
+
+static void *zap_req(void)
+{
+    void *req = zmq_socket(uc_bus_zmq_context(g_bus), ZMQ_REQ);
+    int timeout = WAIT_MS;
+    if (req) {
+        zmq_setsockopt(req, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+        zmq_connect(req, "inproc://zeromq.zap.01");
+    }
+    return req;
+}
+
+/* A key in several scopes: a bus-wide revocation takes it out of all; one
+ * socket's revocation of a key allowed bus-wide changes nothing and says so;
+ * dropping a domain takes its keys only. */
+static int test_revocation_scopes(void)
+{
+    int err;
+    uc_zap *zap = uc_zap_start(g_bus, &err);
+    CHECK(zap);
+    void *req = zap_req();
+    CHECK(req);
+    char pub[41], sec[41], other[41];
+    uint8_t key[32], okey[32];
+    CHECK_EQ(zmq_curve_keypair(pub, sec), 0);
+    CHECK_EQ(zmq_curve_keypair(other, sec), 0);
+    CHECK(zmq_z85_decode(key, pub));
+    CHECK(zmq_z85_decode(okey, other));
+    char d1n[UC_ZAP_DOMAIN_MAX], d2n[UC_ZAP_DOMAIN_MAX];
+    uint32_t d1 = uc_zap_domain_new(zap, d1n), d2 = uc_zap_domain_new(zap, d2n);
+
+    /* Socket lists, then a bus-wide revocation: out of both. */
+    CHECK_EQ(uc_zap_allow_key(zap, d1, pub), UC_OK);
+    CHECK_EQ(uc_zap_allow_key(zap, d2, pub), UC_OK);
+    CHECK_EQ(uc_zap_allow_key(zap, d2, other), UC_OK);
+    CHECK_EQ(uc_zap_entries(zap), 3);
+    CHECK(verdict_of(req, d1n, "10.0.0.1", key, "200"));
+    CHECK_EQ(uc_zap_revoke_key(zap, 0, pub), UC_OK);
+    CHECK_EQ(uc_zap_entries(zap), 1);
+    CHECK(verdict_of(req, d1n, "10.0.0.1", key, "400"));
+    CHECK(verdict_of(req, d2n, "10.0.0.1", key, "400"));
+    CHECK(verdict_of(req, d2n, "10.0.0.1", okey, "200"));
+
+    /* Bus-wide and on a socket: that socket's revocation is refused whole. */
+    CHECK_EQ(uc_zap_allow_key(zap, 0, pub), UC_OK);
+    CHECK_EQ(uc_zap_allow_key(zap, d1, pub), UC_OK);
+    CHECK_EQ(uc_zap_key_bus_wide(zap, pub), 1);
+    CHECK_EQ(uc_zap_key_bus_wide(zap, other), 0);
+    CHECK_EQ(uc_zap_key_bus_wide(zap, "short"), UC_ERR_ARG);
+    CHECK_EQ(uc_zap_revoke_key(zap, d1, pub), UC_ZAP_BUS_WIDE);
+    CHECK_EQ(uc_zap_revoke_key(zap, d2, pub), UC_ZAP_BUS_WIDE);
+    CHECK_EQ(uc_zap_entries(zap), 3);
+    CHECK(verdict_of(req, d2n, "10.0.0.1", key, "200"));
+    /* Dropping a socket's domain takes its keys, not the bus-wide one. */
+    uc_zap_domain_drop(zap, d1);
+    uc_zap_domain_drop(zap, d2);
+    CHECK_EQ(uc_zap_entries(zap), 1);
+    CHECK(verdict_of(req, "", "10.0.0.1", key, "200"));
+    CHECK(verdict_of(req, d2n, "10.0.0.1", okey, "400"));
+    /* A socket's revocation of a key it holds alone. */
+    CHECK_EQ(uc_zap_allow_key(zap, d2, other), UC_OK);
+    CHECK_EQ(uc_zap_revoke_key(zap, d2, other), UC_OK);
+    CHECK_EQ(uc_zap_revoke_key(zap, d2, other), UC_OK);     /* not there: fine */
+    CHECK(verdict_of(req, d2n, "10.0.0.1", okey, "400"));
+    CHECK_EQ(uc_zap_entries(zap), 1);
+    zmq_close(req);
+    uc_zap_stop(zap);
+    return 0;
+}
+
+/* Many keys, in and out in an order that makes the table shift entries
+ * back over the wrap of its clusters: every key held is found, every key
+ * gone is refused. */
+static int test_key_table(void)
+{
+    enum { N = 4000 };
+    int err;
+    uc_zap *zap = uc_zap_start(g_bus, &err);
+    CHECK(zap);
+    void *req = zap_req();
+    CHECK(req);
+    static char z85[N][41];
+    static uint8_t raw[N][32];
+    char sec[41];
+    char dn[UC_ZAP_DOMAIN_MAX];
+    uint32_t d = uc_zap_domain_new(zap, dn);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(zmq_curve_keypair(z85[i], sec), 0);
+        CHECK(zmq_z85_decode(raw[i], z85[i]));
+        CHECK_EQ(uc_zap_allow_key(zap, i % 3 ? 0 : d, z85[i]), UC_OK);
+        if (i % 5 == 0)      /* some in both */
+            CHECK_EQ(uc_zap_allow_key(zap, d, z85[i]), UC_OK);
+    }
+    size_t grants = (size_t)N + (N + 4) / 5 - (N + 14) / 15;
+    CHECK_EQ(uc_zap_entries(zap), grants);
+    for (int i = 0; i < N; i += 2)
+        CHECK_EQ(uc_zap_revoke_key(zap, 0, z85[i]), UC_OK);
+    for (int i = 0; i < N; i += 97)
+        CHECK(verdict_of(req, dn, "10.0.0.1", raw[i], i % 2 ? "200" : "400"));
+    uc_zap_domain_drop(zap, d);
+    for (int i = 1; i < N; i += 2)
+        CHECK(verdict_of(req, dn, "10.0.0.1", raw[i], i % 3 ? "200" : "400"));
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(uc_zap_revoke_key(zap, 0, z85[i]), UC_OK);
+    CHECK_EQ(uc_zap_entries(zap), 0);
+    CHECK(verdict_of(req, "", "10.0.0.1", raw[1], "400"));
+    zmq_close(req);
+    uc_zap_stop(zap);
+    return 0;
+}
+
+/* Addresses compared as addresses: spellings, IPv4-mapped, networks. */
+static int test_address_forms(void)
+{
+    int err;
+    uc_zap *zap = uc_zap_start(g_bus, &err);
+    CHECK(zap);
+    void *req = zap_req();
+    CHECK(req);
+    char pub[41], sec[41];
+    uint8_t key[32];
+    CHECK_EQ(zmq_curve_keypair(pub, sec), 0);
+    CHECK(zmq_z85_decode(key, pub));
+    CHECK_EQ(uc_zap_allow_key(zap, 0, pub), UC_OK);
+
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "127.0.0.1", 1), UC_OK);
+    CHECK(verdict_of(req, "", "::ffff:127.0.0.1", key, "400"));
+    CHECK(verdict_of(req, "", "127.0.0.1", key, "400"));
+    CHECK(verdict_of(req, "", "127.0.0.2", key, "200"));
+    /* The same entry however spelled: added once, removed by any spelling. */
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "::ffff:7f00:1", 1), UC_OK);
+    CHECK_EQ(uc_zap_entries(zap), 2);
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "::ffff:127.0.0.1", 0), UC_OK);
+    CHECK_EQ(uc_zap_entries(zap), 1);
+    CHECK(verdict_of(req, "", "::ffff:127.0.0.1", key, "200"));
+
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "0:0:0:0:0:0:0:1", 1), UC_OK);
+    CHECK(verdict_of(req, "", "::1", key, "400"));
+    CHECK(verdict_of(req, "", "::0001", key, "400"));
+    CHECK(verdict_of(req, "", "::1%lo", key, "400"));
+    CHECK(verdict_of(req, "", "::2", key, "200"));
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "::1", 0), UC_OK);
+
+    /* Networks. */
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "10.1.0.0/16", 1), UC_OK);
+    CHECK(verdict_of(req, "", "10.1.200.3", key, "400"));
+    CHECK(verdict_of(req, "", "::ffff:10.1.0.9", key, "400"));
+    CHECK(verdict_of(req, "", "10.2.0.1", key, "200"));
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, "10.1.0.0/16", 0), UC_OK);
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_ALLOW, "fd00::/12", 1), UC_OK);
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_ALLOW, "192.168.0.0/23", 1), UC_OK);
+    CHECK(verdict_of(req, "", "fd0f::1", key, "200"));
+    CHECK(verdict_of(req, "", "fd10::1", key, "400"));
+    CHECK(verdict_of(req, "", "192.168.1.255", key, "200"));
+    CHECK(verdict_of(req, "", "192.168.2.0", key, "400"));
+    /* No address that parses (an ipc:// peer): on no list. */
+    CHECK(verdict_of(req, "", "", key, "400"));
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_ALLOW, "fd00::/12", 0), UC_OK);
+    CHECK_EQ(uc_zap_address(zap, UC_ZAP_ALLOW, "192.168.0.0/23", 0), UC_OK);
+    CHECK(verdict_of(req, "", "", key, "200"));
+    CHECK_EQ(uc_zap_entries(zap), 1);
+
+    /* Refused spellings: host bits set, prefixes out of range, text. */
+    const char *bad[] = {"10.1.0.1/16", "10.0.0.0/33", "::/129", "::1/", "10.0.0.0/x",
+                         "10.0.0.0/-1", "localhost", "1::2::3", "127.0.0.1%lo", "",
+                         "0123456789012345678901234567890123456789012345678901234567890123456789"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_EQ(uc_zap_address(zap, UC_ZAP_DENY, bad[i], 1), UC_ERR_ARG);
+    CHECK_EQ(uc_zap_entries(zap), 1);
+    zmq_close(req);
+    uc_zap_stop(zap);
+    return 0;
+}
+
 static const test_case tests[] = {
     TEST(policy),
+    TEST(revocation_scopes),
+    TEST(key_table),
+    TEST(address_forms),
 };
 
 int main(void)

@@ -51,7 +51,7 @@ def test_secret_file_is_owner_only_even_when_replaced(tmp_path):
     path.write_text("old")
     os.chmod(path, 0o644)
     cert = upcall.Certificate(*upcall.curve_keypair())
-    cert.save(tmp_path, "x")
+    cert.save(tmp_path, "x", overwrite=True)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
@@ -198,3 +198,112 @@ def test_keygen(tmp_path):
     assert zauth.load_certificate(str(sec)) != (public, secret)
     bad = run_cli("keygen", "a/b", cwd=str(tmp_path))
     assert bad.returncode == 2 and "NAME" in bad.stderr
+
+
+# ---- a module of their own --------------------------------------------------
+
+STANDALONE_SCRIPT = textwrap.dedent("""
+    import importlib.abc, importlib.util, sys
+    class NoExtension(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("upcall") or name == "zmq":
+                raise ImportError(f"{name} is blocked")
+    sys.meta_path.insert(0, NoExtension())
+    spec = importlib.util.spec_from_file_location("certs", sys.argv[1])
+    certs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(certs)
+    cert = certs.load_certificate(sys.argv[2])
+    print(cert.public, len(certs.load_certificates(sys.argv[3])))
+""")
+
+
+def test_certificate_files_need_no_extension(tmp_path):
+    """upcall/certs.py loads and reads public certificates with upcall's
+    extension (and every other upcall module) unimportable."""
+    public_path, _ = upcall.create_certificates(tmp_path, "node")
+    r = subprocess.run([sys.executable, "-c", STANDALONE_SCRIPT, upcall.certs.__file__,
+                        public_path, str(tmp_path)],
+                       capture_output=True, text=True, env=script_env(), timeout=60,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [upcall.load_certificate(public_path).public, "1"]
+
+
+# ---- links, existing files and special files -------------------------------
+
+def test_keygen_never_writes_through_a_link(tmp_path):
+    """A dangling link at NAME.key_secret (pointing where an attacker wants
+    the secret key): refused without --force, replaced itself (never its
+    target written) with it."""
+    target = tmp_path / "elsewhere" / "stolen"
+    target.parent.mkdir()
+    (tmp_path / "node.key_secret").symlink_to(target)
+    r = run_cli("keygen", "node", "--dir", str(tmp_path), cwd=str(tmp_path))
+    assert r.returncode == 1 and "exists" in r.stderr, r.stderr
+    assert not target.exists() and not (tmp_path / "node.key").exists()
+    forced = run_cli("keygen", "node", "--dir", str(tmp_path), "--force", cwd=str(tmp_path))
+    assert forced.returncode == 0, forced.stderr
+    assert not target.exists()
+    sec = tmp_path / "node.key_secret"
+    assert not sec.is_symlink() and stat.S_IMODE(os.lstat(sec).st_mode) == 0o600
+    public, secret = zauth.load_certificate(str(sec))
+    assert zmq.curve_public(secret) == public
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "node.key", "node.key_secret"]
+
+
+def test_keygen_refuses_an_existing_public_file(tmp_path):
+    (tmp_path / "node.key").write_text("mine")
+    r = run_cli("keygen", "node", "--dir", str(tmp_path), cwd=str(tmp_path))
+    assert r.returncode == 1 and "node.key exists" in r.stderr
+    assert (tmp_path / "node.key").read_text() == "mine"
+    assert not (tmp_path / "node.key_secret").exists()
+
+
+def test_save_refuses_to_overwrite_unless_asked(tmp_path):
+    cert = upcall.Certificate(*upcall.curve_keypair())
+    cert.save(tmp_path, "x")
+    other = upcall.Certificate(*upcall.curve_keypair())
+    with pytest.raises(FileExistsError, match="x.key"):
+        other.save(tmp_path, "x")
+    assert upcall.load_certificate(tmp_path / "x.key_secret") == cert
+    with pytest.raises(FileExistsError):
+        upcall.create_certificates(tmp_path, "x")
+    other.save(tmp_path, "x", overwrite=True)
+    assert upcall.load_certificate(tmp_path / "x.key_secret") == other
+    assert sorted(os.listdir(tmp_path)) == ["x.key", "x.key_secret"]
+
+
+LOAD_SCRIPT = textwrap.dedent("""
+    import pathlib, sys, upcall
+    d = pathlib.Path(sys.argv[1])
+    for load in (lambda: upcall.load_certificates(d), lambda: upcall.load_certificate(d / "x.key"),
+                 lambda: upcall.Bus().subscribe("tcp://127.0.0.1:*", print, kind="pull",
+                                                bind=True, curve_server=upcall.curve_keypair(),
+                                                allow=d)):
+        try:
+            load()
+            print("loaded")
+        except ValueError as exc:
+            print("refused", "x.key" in str(exc) and "regular file" in str(exc))
+""")
+
+
+@pytest.mark.parametrize("special", ["fifo", "directory"])
+def test_certificate_loading_reads_regular_files_only(tmp_path, special):
+    """A FIFO (or a directory) named x.key: a ValueError naming it, from
+    load_certificates(), load_certificate() and allow=Path(dir), never a
+    read that waits for a writer (run in a process of its own, so that a
+    block fails this test instead of hanging the run)."""
+    upcall.create_certificates(tmp_path, "good")
+    if special == "fifo":
+        os.mkfifo(tmp_path / "x.key")
+    else:
+        (tmp_path / "x.key").mkdir()
+    try:
+        r = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(tmp_path)],
+                           capture_output=True, text=True, env=script_env(), timeout=60,
+                           cwd=str(tmp_path))
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading a certificate directory with a FIFO in it blocked")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["refused True"] * 3, r.stdout + r.stderr
