@@ -37,6 +37,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
+from upcall.includes.handover cimport *
 from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM

@@ -31,19 +31,8 @@ cdef enum:
     GIL_ADOPT = 0
     GIL_PER_UPCALL = 1
 
-# Set when the bus registry closes everything at exit: from then on a loop
-# stops instead of entering Python.  Read without the GIL by delivery and
-# monitor threads: a relaxed atomic (a plain int was a data race TSan
-# reported against the connection-event thread); a stale read costs at most
-# one more batch, which the closing code waits for.
-cdef extern from *:
-    """
-    static int uc_exiting_flag;
-    static inline int uc_exiting(void) { return __atomic_load_n(&uc_exiting_flag, __ATOMIC_RELAXED); }
-    static inline void uc_set_exiting(void) { __atomic_store_n(&uc_exiting_flag, 1, __ATOMIC_RELAXED); }
-    """
-    int uc_exiting() noexcept nogil
-    void uc_set_exiting() noexcept nogil
+# uc_exiting(): set when the bus registry closes everything at exit (csrc/util.h).
+from upcall.includes.util cimport uc_exiting, uc_set_exiting
 
 cdef struct loop_state:
     PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
