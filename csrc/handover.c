@@ -17,8 +17,15 @@ struct uc_ho {
     uc_ho_block *spare;         /* empty blocks for reuse */
     size_t n_spare;
     size_t queued;              /* messages queued */
+    uint64_t bytes;             /* bytes of records queued */
+    /* The topic stored last, in the tail block (NULL: none there yet): what
+     * a record with UC_HO_SAME_TOPIC refers to. */
+    const uc_ho_block *topic_block;
+    const char *topic;
+    size_t topic_len;
     size_t limit;               /* at most this many queued */
     int wait_for_room;          /* a full queue makes the producer wait (else: drop) */
+    int keep_topic;             /* message records keep their topic */
     int idle;                   /* the loop waits: the next message wakes it */
     int ended;                  /* nothing more is queued */
     int efd;                    /* the loop's eventfd; -1 once forgotten */
@@ -26,7 +33,7 @@ struct uc_ho {
     uint64_t accepted, dropped, wakeups;
 };
 
-uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd)
+uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic)
 {
     uc_ho *h = calloc(1, sizeof *h);
     if (!h)
@@ -42,6 +49,7 @@ uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd)
     }
     h->limit = limit;
     h->wait_for_room = wait_for_room;
+    h->keep_topic = keep_topic;
     h->efd = efd;
     return h;
 }
@@ -83,6 +91,7 @@ static uc_ho_rec *reserve(uc_ho *h, size_t need)
         b->next = NULL;
         b->len = 0;
         b->count = 0;
+        h->topic_block = NULL;      /* its records store their topic first */
         if (h->tail)
             h->tail->next = b;
         else
@@ -91,6 +100,7 @@ static uc_ho_rec *reserve(uc_ho *h, size_t need)
     }
     uc_ho_rec *r = (uc_ho_rec *)(b->data + b->len);
     b->len += need;
+    h->bytes += need;
     return r;
 }
 
@@ -157,22 +167,46 @@ int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
             rc = UC_HO_CHECK;
     }
     uc_ho_rec *last = NULL;
+    /* The messages split from one coalesced zmq message share its topic:
+     * one copy per block.  Within a batch they share `wire`; the batch
+     * before may have ended inside the same zmq message (the core's slots
+     * are reused, so a `wire` of another batch means nothing): its topic is
+     * compared once. */
+    const uc_frame *wire = NULL;
+    if (h->keep_topic && batch[0].wire != NULL && h->tail != NULL && h->tail == h->topic_block
+            && h->topic_len == batch[0].topic.size
+            && memcmp(h->topic, batch[0].topic.data, h->topic_len) == 0)
+        wire = batch[0].wire;
     for (i = 0; i < keep; i++) {
         const uc_msg *m = &batch[i];
-        uc_ho_rec *r = reserve(h, uc_ho_rec_size(m->topic.size + m->payload.size));
+        size_t topic_len = h->keep_topic ? m->topic.size : 0;
+        size_t need = uc_ho_rec_size(m->payload.size);
+        int same = topic_len && m->wire != NULL && m->wire == wire && h->tail != NULL
+                   && h->tail == h->topic_block && h->tail->cap - h->tail->len >= need;
+        if (!same)
+            need = uc_ho_rec_size(topic_len + m->payload.size);
+        uc_ho_rec *r = reserve(h, need);
         if (!r) {                 /* out of memory: dropped, counted */
             h->dropped += keep - i;
             break;
         }
         last = r;
-        r->kind = UC_HO_MSG;
-        r->topic_len = (uint32_t)m->topic.size;
+        r->kind = same ? UC_HO_MSG | UC_HO_SAME_TOPIC : UC_HO_MSG;
+        r->topic_len = (uint32_t)topic_len;
         r->size = m->payload.size;
         r->obj = NULL;
-        if (m->topic.size)
-            memcpy((char *)(r + 1), m->topic.data, m->topic.size);
+        char *dst = (char *)(r + 1);
+        if (!same) {
+            if (topic_len)
+                memcpy(dst, m->topic.data, topic_len);
+            h->topic_block = h->tail;
+            h->topic = dst;
+            h->topic_len = topic_len;
+            dst += topic_len;
+        }
         if (m->payload.size)
-            memcpy((char *)(r + 1) + m->topic.size, m->payload.data, m->payload.size);
+            memcpy(dst, m->payload.data, m->payload.size);
+        wire = m->wire;
         h->tail->count++;
         h->queued++;
         h->accepted++;
@@ -226,6 +260,7 @@ uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended)
             h->tail = NULL;
         b->next = NULL;
         h->queued -= b->count;
+        h->bytes -= b->len;
         if (h->wait_for_room)
             pthread_cond_signal(&h->room);
     } else if (arm && !h->ended) {
@@ -261,6 +296,7 @@ uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded)
         h->head = h->tail = NULL;
         *discarded = h->queued;
         h->queued = 0;
+        h->bytes = 0;
     }
     pthread_cond_broadcast(&h->room);
     h->idle = 1;
@@ -277,7 +313,7 @@ void uc_ho_forget_fd(uc_ho *h)
 }
 
 void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
-                  size_t *queued, int *ended)
+                  size_t *queued, uint64_t *bytes, int *ended)
 {
     pthread_mutex_lock(&h->mu);
     *ended = h->ended;
@@ -285,6 +321,7 @@ void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wak
     *dropped = h->dropped;
     *wakeups = h->wakeups;
     *queued = h->queued;
+    *bytes = h->bytes;
     pthread_mutex_unlock(&h->mu);
 }
 

@@ -48,7 +48,11 @@ enum {
     UC_HO_MSG = 0,      /* a plain message's bytes follow the record */
     UC_HO_OBJ = 1,      /* obj: a list of decoded messages */
     UC_HO_KIND = 0xff,  /* the kind's bits */
-    UC_HO_LAST = 0x100  /* the last record of a batch: sub.batches() ends its list there */
+    UC_HO_LAST = 0x100, /* the last record of a batch: sub.batches() ends its list there */
+    /* UC_HO_MSG: the topic is the one the record before it in the block
+     * stored (the messages of one coalesced zmq message: one copy of their
+     * topic, not one each); only its payload follows the record. */
+    UC_HO_SAME_TOPIC = 0x200
 };
 
 /* What the producer's calls return. */
@@ -61,8 +65,10 @@ enum {
 };
 
 typedef struct uc_ho_rec {
-    uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST */
-    uint32_t topic_len;     /* UC_HO_MSG: the topic's bytes, then the payload's */
+    uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST, | UC_HO_SAME_TOPIC */
+    uint32_t topic_len;     /* UC_HO_MSG: the topic's length (0 for a queue that keeps no
+                             * topic); its bytes follow the record unless UC_HO_SAME_TOPIC,
+                             * then the payload's */
     uint64_t size;          /* UC_HO_MSG: the payload's length; UC_HO_OBJ: its messages */
     void *obj;              /* UC_HO_OBJ: a list (a reference of its own) */
 } uc_ho_rec;
@@ -83,9 +89,31 @@ static inline size_t uc_ho_rec_size(size_t bytes)
     return (sizeof(uc_ho_rec) + bytes + 7) & ~(size_t)7;
 }
 
+/* The topic bytes a message record stores (UC_HO_SAME_TOPIC: none). */
+static inline size_t uc_ho_rec_topic_stored(const uc_ho_rec *r)
+{
+    return (r->kind & UC_HO_SAME_TOPIC) ? 0 : r->topic_len;
+}
+
+/* A message record's payload. */
+static inline const char *uc_ho_rec_payload(const uc_ho_rec *r)
+{
+    return (const char *)(r + 1) + uc_ho_rec_topic_stored(r);
+}
+
+/* The bytes the record r takes in its block: the offset of the next one. */
+static inline size_t uc_ho_rec_span(const uc_ho_rec *r)
+{
+    if ((r->kind & UC_HO_KIND) == UC_HO_OBJ)
+        return uc_ho_rec_size(0);
+    return uc_ho_rec_size(uc_ho_rec_topic_stored(r) + r->size);
+}
+
 /* A queue of at most `limit` messages waking the loop through the eventfd
- * efd (-1: none).  NULL when out of memory. */
-uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd);
+ * efd (-1: none).  keep_topic: the message records keep their topic (a
+ * consumer that asked for topics), one copy per zmq message; else none.
+ * NULL when out of memory. */
+uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic);
 
 /* How many messages from the first are not plain (the caller decodes them
  * on the delivery thread).  No lock. */
@@ -118,9 +146,9 @@ uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded);
 /* The eventfd is about to be closed: never written again. */
 void uc_ho_forget_fd(uc_ho *h);
 
-/* The counters, read together. */
+/* The counters, read together; *bytes: the bytes of records queued. */
 void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
-                  size_t *queued, int *ended);
+                  size_t *queued, uint64_t *bytes, int *ended);
 
 /* Free a chain of blocks (their object records already dropped).  No lock. */
 void uc_ho_free_blocks(uc_ho_block *b);

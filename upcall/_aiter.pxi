@@ -85,10 +85,12 @@ cdef class _AsyncTarget(Handler):
     cdef public uint64_t loop_errors      # messages the loop found undecodable
     cdef public uint64_t discarded        # messages queued, then discarded (close, the end)
 
-    def _open_queue(self, size_t limit, bint wait_for_room, int efd):
+    def _open_queue(self, size_t limit, bint wait_for_room, int efd, bint with_topic):
+        """The queue: at most limit messages, kind="pull" waiting for room,
+        the loop woken through efd, the topics kept only with with_topic."""
         if self.ho != NULL:
             raise RuntimeError("the hand-over queue is open already")
-        self.ho = uc_ho_new(limit, wait_for_room, efd)
+        self.ho = uc_ho_new(limit, wait_for_room, efd, with_topic)
         if self.ho == NULL:
             raise MemoryError()
 
@@ -134,13 +136,13 @@ cdef class _AsyncTarget(Handler):
             uc_ho_forget_fd(self.ho)
 
     def _counts(self):
-        """(accepted, dropped, wakeups, queued, ended) of the queue."""
-        cdef uint64_t accepted = 0, dropped = 0, wakeups = 0
+        """(accepted, dropped, wakeups, queued, queued_bytes, ended) of the queue."""
+        cdef uint64_t accepted = 0, dropped = 0, wakeups = 0, queued_bytes = 0
         cdef size_t queued = 0
         cdef int ended = 1
         if self.ho != NULL:
-            uc_ho_counts(self.ho, &accepted, &dropped, &wakeups, &queued, &ended)
-        return accepted, dropped, wakeups, queued, bool(ended)
+            uc_ho_counts(self.ho, &accepted, &dropped, &wakeups, &queued, &queued_bytes, &ended)
+        return accepted, dropped, wakeups, queued, queued_bytes, bool(ended)
 
     def __dealloc__(self):
         cdef uint64_t discarded = 0
@@ -160,14 +162,11 @@ cdef void _drop_blocks(uc_ho_block *b) noexcept:
         off = 0
         while off < b.len:
             r = <uc_ho_rec *>(b.data + off)
-            if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-                off += uc_ho_rec_size(0)
-                if r.obj != NULL:
-                    _set_tracking_all(<list>r.obj, True)
-                    Py_DECREF(<object>r.obj)
-                    r.obj = NULL
-            else:
-                off += uc_ho_rec_size(r.topic_len + r.size)
+            off += uc_ho_rec_span(r)
+            if (r.kind & UC_HO_KIND) == UC_HO_OBJ and r.obj != NULL:
+                _set_tracking_all(<list>r.obj, True)
+                Py_DECREF(<object>r.obj)
+                r.obj = NULL
         free(b)
         b = next
 
@@ -235,6 +234,8 @@ cdef class _Pending:
     cdef Decoder decoder
     cdef bint with_topic
     cdef bytes topic              # the last topic made (one object for a run of one topic)
+    cdef const char *topic_at     # the stored topic `topic` was made from, in blk
+    cdef const char *block_topic  # the topic stored last in blk (UC_HO_SAME_TOPIC's)
     cdef bint last                # the record taken last ended a batch (UC_HO_LAST)
 
     def __cinit__(self):
@@ -286,12 +287,8 @@ cdef size_t _records_left(uc_ho_block *b, size_t off) noexcept:
     cdef uc_ho_rec *r
     while off < b.len:
         r = <uc_ho_rec *>(b.data + off)
-        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-            off += uc_ho_rec_size(0)
-            n += <size_t>r.size
-        else:
-            off += uc_ho_rec_size(r.topic_len + r.size)
-            n += 1
+        off += uc_ho_rec_span(r)
+        n += <size_t>r.size if (r.kind & UC_HO_KIND) == UC_HO_OBJ else 1
     return n
 
 
@@ -300,14 +297,11 @@ cdef void _drop_blocks_from(uc_ho_block *b, size_t off) noexcept:
     cdef uc_ho_rec *r
     while off < b.len:
         r = <uc_ho_rec *>(b.data + off)
-        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-            off += uc_ho_rec_size(0)
-            if r.obj != NULL:
-                _set_tracking_all(<list>r.obj, True)
-                Py_DECREF(<object>r.obj)
-                r.obj = NULL
-        else:
-            off += uc_ho_rec_size(r.topic_len + r.size)
+        off += uc_ho_rec_span(r)
+        if (r.kind & UC_HO_KIND) == UC_HO_OBJ and r.obj != NULL:
+            _set_tracking_all(<list>r.obj, True)
+            Py_DECREF(<object>r.obj)
+            r.obj = NULL
     free(b)
 
 
@@ -352,13 +346,15 @@ cdef object _next_record(_Pending p):
             p.batch = lst
             p.pos = 0
             return _NOTHING if PyList_GET_SIZE(lst) == 0 else _OBJ_LIST
-        t = <const char *>(r + 1)
+        if (r.kind & UC_HO_SAME_TOPIC) == 0:
+            p.block_topic = <const char *>(r + 1)
+        t = p.block_topic
         tl = r.topic_len
-        p.off += uc_ho_rec_size(tl + r.size)
+        p.off += uc_ho_rec_span(r)
         try:
-            obj = p.decoder.decode_wire(t + tl, <Py_ssize_t>r.size)
+            obj = p.decoder.decode_wire(uc_ho_rec_payload(r), <Py_ssize_t>r.size)
         except BaseException as exc:
-            verdict = _loop_decode_error(p, exc, t, tl, <size_t>r.size)
+            verdict = _loop_decode_error(p, exc, t, tl, uc_ho_rec_payload(r), <size_t>r.size)
             if verdict == UC_DELIVER_MORE:
                 if p.last:
                     return _NOTHING     # a batch ends here (sub.batches())
@@ -369,6 +365,8 @@ cdef object _next_record(_Pending p):
             return (_record_topic(p, t, tl), obj)
         return obj
     p.blk = NULL
+    p.block_topic = NULL
+    p.topic_at = NULL
     uc_ho_give_back(p.target.ho, b)
     return _NOTHING
 
@@ -378,7 +376,12 @@ cdef object _OBJ_LIST = object()
 
 
 cdef inline bytes _record_topic(_Pending p, const char *t, size_t tl):
+    """The topic at t as bytes: one object for the records sharing one
+    stored topic (a coalesced zmq message's), and for a run of one topic."""
     cdef bytes last = p.topic
+    if t == p.topic_at and last is not None:
+        return last
+    p.topic_at = t
     if last is not None and <size_t>PyBytes_GET_SIZE(last) == tl and \
             memcmp(PyBytes_AS_STRING(last), t, tl) == 0:
         return last
@@ -388,7 +391,7 @@ cdef inline bytes _record_topic(_Pending p, const char *t, size_t tl):
 
 
 cdef int _loop_decode_error(_Pending p, BaseException exc, const char *t, size_t tl,
-                            size_t size) noexcept:
+                            const char *payload, size_t size) noexcept:
     """A message the loop could not decode: counted and reported as on a
     delivery thread (on_error runs here, on the loop's thread)."""
     cdef Subscription sub = p.sub
@@ -396,7 +399,7 @@ cdef int _loop_decode_error(_Pending p, BaseException exc, const char *t, size_t
     p.target.loop_errors += 1
     bad_topic = PyBytes_FromStringAndSize(t, <Py_ssize_t>tl)
     return sub._report(_with_context(exc, bad_topic),
-                       PyBytes_FromStringAndSize(t + tl, <Py_ssize_t>size), bad_topic, True)
+                       PyBytes_FromStringAndSize(payload, <Py_ssize_t>size), bad_topic, True)
 
 
 cdef void _stop_on_loop(_Pending p) noexcept:
@@ -463,6 +466,7 @@ cdef object _take_now(_Pending p, object owner, bint whole, bint arm=False):
             return _NOTHING
         p.blk = b
         p.off = 0
+        p.topic_at = NULL       # a block at an address a freed one had
 
 
 def _take_armed(_Pending pending not None, owner, bint whole):

@@ -37,17 +37,18 @@ typedef void (*rec_fn)(void *ctx, const uc_ho_rec *r, const char *topic, const c
 static size_t walk(const uc_ho_block *b, rec_fn fn, void *ctx)
 {
     size_t off = 0, n = 0;
+    const char *topic = NULL;   /* the topic stored last in the block */
     while (off < b->len) {
         const uc_ho_rec *r = (const uc_ho_rec *)(b->data + off);
-        const char *t = (const char *)(r + 1);
+        off += uc_ho_rec_span(r);
         if ((r->kind & UC_HO_KIND) == UC_HO_OBJ) {
-            off += uc_ho_rec_size(0);
             n += r->size;
-            fn(ctx, r, t, t);
+            fn(ctx, r, b->data, b->data);
         } else {
-            off += uc_ho_rec_size(r->topic_len + r->size);
+            if (!(r->kind & UC_HO_SAME_TOPIC))
+                topic = (const char *)(r + 1);
             n++;
-            fn(ctx, r, t, t + r->topic_len);
+            fn(ctx, r, topic, uc_ho_rec_payload(r));
         }
     }
     return n;
@@ -138,7 +139,7 @@ static int test_producer_and_consumer(void)
     memset(&f, 0, sizeof f);
     f.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(f.efd >= 0);
-    f.h = uc_ho_new(FLOW_LIMIT, 1, f.efd);
+    f.h = uc_ho_new(FLOW_LIMIT, 1, f.efd, 1);
     CHECK(f.h != NULL);
     pthread_t pt, ct;
     CHECK_EQ(pthread_create(&ct, NULL, consume, &f), 0);
@@ -147,8 +148,9 @@ static int test_producer_and_consumer(void)
     pthread_join(ct, NULL);
     uint64_t accepted, dropped, wakeups;
     size_t queued;
+    uint64_t bytes;
     int ended;
-    uc_ho_counts(f.h, &accepted, &dropped, &wakeups, &queued, &ended);
+    uc_ho_counts(f.h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     uc_ho_free(f.h);
     close(f.efd);
     CHECK_EQ(f.out_of_order, 0);
@@ -173,7 +175,7 @@ static void ignore(void *ctx, const uc_ho_rec *r, const char *t, const char *p)
  * messages that fit stay queued; an object record finds the queue full. */
 static int test_full_queue_drops_and_counts(void)
 {
-    uc_ho *h = uc_ho_new(10, 0, -1);
+    uc_ho *h = uc_ho_new(10, 0, -1, 1);
     CHECK(h != NULL);
     uc_msg batch[25];
     for (int i = 0; i < 25; i++)
@@ -184,8 +186,9 @@ static int test_full_queue_drops_and_counts(void)
     CHECK_EQ(took, 25);
     uint64_t accepted, dropped, wakeups;
     size_t queued;
+    uint64_t bytes;
     int ended;
-    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &ended);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     CHECK_EQ(accepted, 10);
     CHECK_EQ(dropped, 15);
     CHECK_EQ(queued, 10);
@@ -193,7 +196,7 @@ static int test_full_queue_drops_and_counts(void)
     int list;
     rc = uc_ho_put_obj(h, &list, 3);
     CHECK(rc == UC_HO_FULL || rc == UC_HO_CHECK);
-    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &ended);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     CHECK_EQ(dropped, 18);
     CHECK_EQ(queued, 10);
     /* Taken: room again, the batch's last record marked. */
@@ -242,7 +245,7 @@ static int test_end_during_a_wait(void)
 {
     waiter w;
     memset(&w, 0, sizeof w);
-    w.h = uc_ho_new(4, 1, -1);
+    w.h = uc_ho_new(4, 1, -1, 1);
     CHECK(w.h != NULL);
     uc_msg batch[4];
     for (int i = 0; i < 4; i++)
@@ -290,7 +293,7 @@ static void *take_one(void *p)
  * made. */
 static int test_wait_for_room_checks(void)
 {
-    uc_ho *h = uc_ho_new(1, 1, -1);
+    uc_ho *h = uc_ho_new(1, 1, -1, 1);
     CHECK(h != NULL);
     uc_msg m = plain("t", "x", 1);
     size_t took = 0;
@@ -308,8 +311,9 @@ static int test_wait_for_room_checks(void)
     CHECK_EQ(took, 1);
     uint64_t accepted, dropped, wakeups, discarded;
     size_t queued;
+    uint64_t bytes;
     int ended;
-    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &ended);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     CHECK_EQ(accepted, 2);
     CHECK_EQ(dropped, 0);
     CHECK_EQ(queued, 1);
@@ -327,7 +331,7 @@ static int test_wait_for_room_checks(void)
 static int test_plain_and_slow(void)
 {
     static char big[UC_HO_PLAIN_MAX + 1];
-    uc_ho *h = uc_ho_new(100, 0, -1);
+    uc_ho *h = uc_ho_new(100, 0, -1, 1);
     CHECK(h != NULL);
     uc_frame extra = {"z", 1};
     uc_msg batch[6];
@@ -362,6 +366,96 @@ static int test_plain_and_slow(void)
     return 0;
 }
 
+/* ---- one topic per zmq message ---------------------------------------- */
+
+typedef struct {
+    size_t records, stored, first_same;
+    const char *topic;
+    size_t topic_len;
+    int wrong;
+} topics_seen;
+
+static void see_topic(void *ctx, const uc_ho_rec *r, const char *topic, const char *payload)
+{
+    topics_seen *t = ctx;
+    if (t->records == 0 && (r->kind & UC_HO_SAME_TOPIC))
+        t->first_same = 1;          /* a block's first record must store its topic */
+    t->records++;
+    if (!(r->kind & UC_HO_SAME_TOPIC) && r->topic_len)
+        t->stored++;
+    if (r->topic_len != t->topic_len || (t->topic_len && memcmp(topic, t->topic, t->topic_len))
+            || r->size != 1 || payload[0] != 'p')
+        t->wrong++;
+}
+
+/* The messages split from one coalesced zmq message (one `wire`) share one
+ * copy of their topic per block, and a queue for a consumer that does not
+ * want topics keeps none: a large topic over many small messages costs its
+ * size once, not once per message. */
+static int test_one_topic_per_zmq_message(void)
+{
+    enum { N = 3000, TOPIC = 1000 };
+    static char topic[TOPIC + 1];
+    memset(topic, 't', TOPIC);
+    static uc_msg batch[N];
+    uc_frame wire_a = {"a", 1}, wire_b = {"b", 1};
+    for (int i = 0; i < N; i++) {
+        batch[i] = plain(topic, "p", 1);
+        batch[i].wire = i < N / 2 ? &wire_a : &wire_b;
+    }
+    for (int keep = 0; keep <= 1; keep++) {
+        uc_ho *h = uc_ho_new(N, 0, -1, keep);
+        CHECK(h != NULL);
+        size_t took;
+        CHECK_EQ(uc_ho_put(h, batch, N, &took), UC_HO_OK);
+        CHECK_EQ(took, N);
+        uint64_t accepted, dropped, wakeups, bytes;
+        size_t queued;
+        int ended;
+        uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+        CHECK_EQ(queued, N);
+        /* The records and their payloads, and the topic once per zmq message
+         * and block: far from a copy per message. */
+        CHECK(bytes <= N * uc_ho_rec_size(1) + 4 * uc_ho_rec_size(TOPIC + 1));
+        topics_seen all = {0, 0, 0, NULL, 0, 0};
+        uc_ho_block *b;
+        size_t blocks = 0;
+        while ((b = uc_ho_take(h, 0, &ended)) != NULL) {
+            topics_seen t = {0, 0, 0, topic, keep ? TOPIC : 0, 0};
+            walk(b, see_topic, &t);
+            CHECK_EQ(t.wrong, 0);
+            CHECK_EQ(t.first_same, 0);
+            all.records += t.records;
+            all.stored += t.stored;
+            blocks++;
+            uc_ho_give_back(h, b);
+        }
+        CHECK_EQ(all.records, N);
+        CHECK(blocks >= 2);                         /* a topic again in each block */
+        if (keep)
+            CHECK(all.stored >= 2 && all.stored <= blocks + 1);
+        else
+            CHECK_EQ(all.stored, 0);
+        uc_ho_free(h);
+    }
+    /* Messages that are their zmq message's own payload (no wire) keep a
+     * topic each. */
+    uc_ho *h = uc_ho_new(10, 0, -1, 1);
+    CHECK(h != NULL);
+    uc_msg two[2] = {plain("x", "p", 1), plain("x", "p", 1)};
+    size_t took;
+    CHECK_EQ(uc_ho_put(h, two, 2, &took), UC_HO_OK);
+    int ended;
+    uc_ho_block *b = uc_ho_take(h, 0, &ended);
+    topics_seen t = {0, 0, 0, "x", 1, 0};
+    walk(b, see_topic, &t);
+    CHECK_EQ(t.stored, 2);
+    CHECK_EQ(t.wrong, 0);
+    uc_ho_give_back(h, b);
+    uc_ho_free(h);
+    return 0;
+}
+
 /* ---- the eventfd ------------------------------------------------------- */
 
 static int readable(int fd)
@@ -376,7 +470,7 @@ static int test_wake_ups(void)
 {
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(efd >= 0);
-    uc_ho *h = uc_ho_new(100, 0, efd);
+    uc_ho *h = uc_ho_new(100, 0, efd, 1);
     CHECK(h != NULL);
     uc_msg m = plain("t", "x", 1);
     size_t took;
@@ -402,7 +496,8 @@ static int test_wake_ups(void)
     CHECK(!readable(efd));
     uint64_t accepted, dropped, wakeups;
     size_t queued;
-    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &ended);
+    uint64_t bytes;
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     CHECK_EQ(wakeups, 1);
     CHECK_EQ(accepted, 4);
     uc_ho_free(h);
@@ -417,6 +512,7 @@ int main(void)
     run("end_during_a_wait", test_end_during_a_wait);
     run("wait_for_room_checks", test_wait_for_room_checks);
     run("plain_and_slow", test_plain_and_slow);
+    run("one_topic_per_zmq_message", test_one_topic_per_zmq_message);
     run("wake_ups", test_wake_ups);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;

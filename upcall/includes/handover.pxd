@@ -10,6 +10,7 @@ cdef extern from "handover.h" nogil:
         UC_HO_OBJ
         UC_HO_KIND
         UC_HO_LAST
+        UC_HO_SAME_TOPIC
         UC_HO_OK
         UC_HO_SLOW
         UC_HO_ENDED
@@ -28,7 +29,9 @@ cdef extern from "handover.h" nogil:
     ctypedef struct uc_ho:
         pass
     size_t uc_ho_rec_size(size_t bytes)
-    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd)
+    size_t uc_ho_rec_span(const uc_ho_rec *r)
+    const char *uc_ho_rec_payload(const uc_ho_rec *r)
+    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic)
     size_t uc_ho_slow_run(const uc_msg *batch, size_t n)
     int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
     int uc_ho_put_obj(uc_ho *h, void *obj, size_t n)
@@ -37,6 +40,6 @@ cdef extern from "handover.h" nogil:
     uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded)
     void uc_ho_forget_fd(uc_ho *h)
     void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
-                      size_t *queued, int *ended)
+                      size_t *queued, uint64_t *bytes, int *ended)
     void uc_ho_free_blocks(uc_ho_block *b)
     void uc_ho_free(uc_ho *h)
