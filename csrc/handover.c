@@ -18,6 +18,8 @@ struct uc_ho {
     size_t n_spare;
     size_t queued;              /* messages queued */
     uint64_t bytes;             /* bytes of records queued */
+    uint64_t inflated;          /* decompressed bytes of the lists counted */
+    uint64_t inflated_limit;    /* at most this many (a queue counting none takes one list) */
     /* The topic stored last, in the tail block (NULL: none there yet): what
      * a record with UC_HO_SAME_TOPIC refers to. */
     const uc_ho_block *topic_block;
@@ -33,7 +35,8 @@ struct uc_ho {
     uint64_t accepted, dropped, wakeups;
 };
 
-uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic)
+uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic,
+                 uint64_t inflated_limit)
 {
     uc_ho *h = calloc(1, sizeof *h);
     if (!h)
@@ -50,6 +53,7 @@ uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic)
     h->limit = limit;
     h->wait_for_room = wait_for_room;
     h->keep_topic = keep_topic;
+    h->inflated_limit = inflated_limit;
     h->efd = efd;
     return h;
 }
@@ -91,6 +95,7 @@ static uc_ho_rec *reserve(uc_ho *h, size_t need)
         b->next = NULL;
         b->len = 0;
         b->count = 0;
+        b->inflated = 0;
         h->topic_block = NULL;      /* its records store their topic first */
         if (h->tail)
             h->tail->next = b;
@@ -124,16 +129,24 @@ static int check_due(uc_ho *h)
     return 1;
 }
 
-/* With wait_for_room, wait until n more messages fit (a queue holding none
- * takes any number), the queue ends, or UC_HO_CHECK_MS pass without room
- * (UC_HO_CHECK: the lock is then released).  UC_HO_OK with the lock held. */
-static int wait_for_room(uc_ho *h, size_t n)
+/* No room for n more messages holding `inflated` bytes (the lock held): a
+ * queue holding no message, or no decompressed byte, takes any number. */
+static int no_room(const uc_ho *h, size_t n, uint64_t inflated)
 {
-    while (!h->ended && h->wait_for_room && h->queued && h->queued + n > h->limit) {
+    return (h->queued && h->queued + n > h->limit)
+           || (inflated && h->inflated && h->inflated + inflated > h->inflated_limit);
+}
+
+/* With wait_for_room, wait until there is room for them, the queue ends,
+ * or UC_HO_CHECK_MS pass without room (UC_HO_CHECK: the lock is then
+ * released).  UC_HO_OK with the lock held. */
+static int wait_for_room(uc_ho *h, size_t n, uint64_t inflated)
+{
+    while (!h->ended && h->wait_for_room && no_room(h, n, inflated)) {
         struct timespec until;
         uc_deadline_after(&until, UC_HO_CHECK_MS);
         if (pthread_cond_timedwait(&h->room, &h->mu, &until) == ETIMEDOUT && !h->ended
-                && h->queued && h->queued + n > h->limit) {
+                && no_room(h, n, inflated)) {
             pthread_mutex_unlock(&h->mu);
             return UC_HO_CHECK;
         }
@@ -153,7 +166,7 @@ int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
     if (k == 0)
         return rc;
     pthread_mutex_lock(&h->mu);
-    if (wait_for_room(h, k) == UC_HO_CHECK)
+    if (wait_for_room(h, k, 0) == UC_HO_CHECK)
         return UC_HO_CHECK;
     if (h->ended) {
         pthread_mutex_unlock(&h->mu);
@@ -219,15 +232,17 @@ int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
     return rc;
 }
 
-int uc_ho_put_obj(uc_ho *h, void *obj, size_t n)
+int uc_ho_put_obj(uc_ho *h, void *obj, size_t n, uint64_t inflated)
 {
     int rc = UC_HO_OK;
     pthread_mutex_lock(&h->mu);
-    if (wait_for_room(h, n) == UC_HO_CHECK)
+    if (wait_for_room(h, n, inflated) == UC_HO_CHECK)
         return UC_HO_CHECK;
     if (h->ended) {
         rc = UC_HO_ENDED;
-    } else if (!h->wait_for_room && h->queued >= h->limit) {
+    } else if (!h->wait_for_room && (h->queued >= h->limit
+                                     || (inflated && h->inflated
+                                         && h->inflated + inflated > h->inflated_limit))) {
         h->dropped += n;
         rc = check_due(h) ? UC_HO_CHECK : UC_HO_FULL;
     } else {
@@ -241,6 +256,8 @@ int uc_ho_put_obj(uc_ho *h, void *obj, size_t n)
             r->size = n;
             r->obj = obj;
             h->tail->count += n;
+            h->tail->inflated += inflated;
+            h->inflated += inflated;
             h->queued += n;
             h->accepted += n;
             wake(h);
@@ -276,6 +293,11 @@ void uc_ho_give_back(uc_ho *h, uc_ho_block *b)
     if (!b)
         return;
     pthread_mutex_lock(&h->mu);
+    if (b->inflated) {          /* its lists are handed out: room for more */
+        h->inflated -= b->inflated;
+        if (h->wait_for_room)
+            pthread_cond_signal(&h->room);
+    }
     if (h->n_spare < UC_HO_SPARE && b->cap == UC_HO_BLOCK_BYTES) {
         b->next = h->spare;
         h->spare = b;
@@ -297,6 +319,8 @@ uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded)
         *discarded = h->queued;
         h->queued = 0;
         h->bytes = 0;
+        for (const uc_ho_block *d = b; d; d = d->next)
+            h->inflated -= d->inflated;
     }
     pthread_cond_broadcast(&h->room);
     h->idle = 1;
@@ -321,7 +345,7 @@ void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wak
     *dropped = h->dropped;
     *wakeups = h->wakeups;
     *queued = h->queued;
-    *bytes = h->bytes;
+    *bytes = h->bytes + h->inflated;
     pthread_mutex_unlock(&h->mu);
 }
 

@@ -12,9 +12,13 @@
  * record holding the caller's list (an opaque pointer here: this file never
  * touches it).
  *
- * The queue is bounded by messages (limit): with wait_for_room (kind="pull")
- * the delivery thread waits for room (the core keeps the rest of the
- * batch); without (kind="sub") what does not fit is dropped and counted.  A
+ * The queue is bounded by messages (limit), and by the bytes its object
+ * records' lists decompressed (inflated_limit, what the caller says each
+ * list holds: a queue holding none takes any one list): with wait_for_room
+ * (kind="pull") the delivery thread waits for room (the core keeps the
+ * rest of the batch); without (kind="sub") what does not fit is dropped and
+ * counted.  A list's bytes count from its put until the loop gives back
+ * the block that held it (the loop hands out one list at a time).  A
  * wait for room, or a full queue dropping, returns UC_HO_CHECK every
  * UC_HO_CHECK_MS so that the caller can look whether the event loop was
  * closed.
@@ -77,6 +81,7 @@ typedef struct uc_ho_block {
     struct uc_ho_block *next;
     size_t len, cap;        /* bytes of records, room */
     size_t count;           /* messages in it */
+    uint64_t inflated;      /* bytes its object records' lists decompressed */
     char data[];            /* records, each at a multiple of 8 bytes */
 } uc_ho_block;
 
@@ -109,11 +114,13 @@ static inline size_t uc_ho_rec_span(const uc_ho_rec *r)
     return uc_ho_rec_size(uc_ho_rec_topic_stored(r) + r->size);
 }
 
-/* A queue of at most `limit` messages waking the loop through the eventfd
- * efd (-1: none).  keep_topic: the message records keep their topic (a
- * consumer that asked for topics), one copy per zmq message; else none.
- * NULL when out of memory. */
-uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic);
+/* A queue of at most `limit` messages and `inflated_limit` bytes of
+ * decompressed lists, waking the loop through the eventfd efd (-1: none).
+ * keep_topic: the message records keep their topic (a consumer that asked
+ * for topics), one copy per zmq message; else none.  NULL when out of
+ * memory. */
+uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic,
+                 uint64_t inflated_limit);
 
 /* How many messages from the first are not plain (the caller decodes them
  * on the delivery thread).  No lock. */
@@ -124,11 +131,12 @@ size_t uc_ho_slow_run(const uc_msg *batch, size_t n);
  * UC_HO_SLOW: batch[*took] is not plain; UC_HO_ENDED; UC_HO_CHECK. */
 int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took);
 
-/* The producer: queue a list of n decoded messages (obj is not touched).
- * UC_HO_OK: queued (the queue owns the caller's reference); UC_HO_FULL:
- * dropped (no wait_for_room, the queue is full: counted); UC_HO_ENDED;
- * UC_HO_CHECK: as uc_ho_put. */
-int uc_ho_put_obj(uc_ho *h, void *obj, size_t n);
+/* The producer: queue a list of n decoded messages holding `inflated`
+ * bytes of decompressed frames (obj is not touched).  UC_HO_OK: queued
+ * (the queue owns the caller's reference); UC_HO_FULL: dropped (no
+ * wait_for_room, the queue is full: counted); UC_HO_ENDED; UC_HO_CHECK: as
+ * uc_ho_put. */
+int uc_ho_put_obj(uc_ho *h, void *obj, size_t n, uint64_t inflated);
 
 /* The consumer: the oldest block (NULL: none queued; *ended then says
  * whether more may come; with arm, the next message queued wakes the loop). */
@@ -146,7 +154,8 @@ uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded);
 /* The eventfd is about to be closed: never written again. */
 void uc_ho_forget_fd(uc_ho *h);
 
-/* The counters, read together; *bytes: the bytes of records queued. */
+/* The counters, read together; *bytes: the bytes of records queued and
+ * of the lists' decompressed frames counted (handover.h's first comment). */
 void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
                   size_t *queued, uint64_t *bytes, int *ended);
 

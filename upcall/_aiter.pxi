@@ -84,13 +84,16 @@ cdef class _AsyncTarget(Handler):
     cdef uc_ho *ho
     cdef public uint64_t loop_errors      # messages the loop found undecodable
     cdef public uint64_t discarded        # messages queued, then discarded (close, the end)
+    cdef uint64_t list_inflated           # what the list on_batch gets next decompressed
 
-    def _open_queue(self, size_t limit, bint wait_for_room, int efd, bint with_topic):
-        """The queue: at most limit messages, kind="pull" waiting for room,
-        the loop woken through efd, the topics kept only with with_topic."""
+    def _open_queue(self, size_t limit, bint wait_for_room, int efd, bint with_topic,
+                    uint64_t max_inflated):
+        """The queue: at most limit messages and max_inflated bytes of
+        decompressed frames, kind="pull" waiting for room, the loop woken
+        through efd, the topics kept only with with_topic."""
         if self.ho != NULL:
             raise RuntimeError("the hand-over queue is open already")
-        self.ho = uc_ho_new(limit, wait_for_room, efd, with_topic)
+        self.ho = uc_ho_new(limit, wait_for_room, efd, with_topic, max_inflated)
         if self.ho == NULL:
             raise MemoryError()
 
@@ -100,10 +103,12 @@ cdef class _AsyncTarget(Handler):
         the queue is full; counted) or the loop is closed (StopDelivery)."""
         cdef int rc
         cdef size_t n = <size_t>PyList_GET_SIZE(msgs)
+        cdef uint64_t inflated = self.list_inflated
+        self.list_inflated = 0
         while True:
             Py_INCREF(msgs)               # the queue's reference
             with nogil:
-                rc = uc_ho_put_obj(self.ho, <void *>msgs, n)
+                rc = uc_ho_put_obj(self.ho, <void *>msgs, n, inflated)
             if rc == UC_HO_OK:
                 return True
             Py_DECREF(msgs)

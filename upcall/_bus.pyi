@@ -199,6 +199,9 @@ DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
 # Decompressed bytes per message without subscribe(max_message_size=...).
 DEFAULT_MAX_DECOMPRESSED: int
+# Decompressed bytes one batch list (and one async queue) may hold without
+# subscribe(max_batch_decompressed=...).
+DEFAULT_MAX_BATCH_DECOMPRESSED: int
 COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...
@@ -216,6 +219,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     on_error: Callable[[BaseException, Any], Any] | None
     rcvhwm: int | None
     max_message_size: int | None
+    max_batch_decompressed: int | None
     curve_server: CurveKeyPair | None
     curve_serverkey: CurveKey | None
     curve_client: CurveKeyPair | None

@@ -684,6 +684,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._copy = opts.copy
         sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
         sub._max_size_given = mms >= 0
+        sub._max_batch_inflated = opts.max_batch_decompressed
         sub._caller = delivery == "caller"
         sub._topic_set = dict.fromkeys(topic_list)
         sub._topics = tuple(topic_list)

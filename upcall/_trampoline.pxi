@@ -346,9 +346,13 @@ cdef object _decode_oob(Decoder decoder, const uc_msg *m, Subscription sub):
     # Out of line: only messages with frames after the payload come here.
     cdef _oob_ctx c
     _oob_size_limit(&c, m, sub._max_message_size, sub._max_size_given)
+    c.batch = sub._budget
     try:
-        return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra,
-                                  m.n_extra, _oob_bytes if sub._copy else _oob_value, <void *>&c)
+        obj = decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra,
+                                 m.n_extra, _oob_bytes if sub._copy else _oob_value, <void *>&c)
+        if c.batch != NULL:
+            c.batch.used += c.inflated
+        return obj
     except DecodeError as exc:
         if c.refused and exc.reason == "message_size":
             _oob_explain(exc, &c)

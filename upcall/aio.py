@@ -88,7 +88,8 @@ class _Bridge(_AsyncTarget):
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue_size: int,
-                 wait_for_room: bool, efd: int, with_topic: bool) -> None:
+                 wait_for_room: bool, efd: int, with_topic: bool,
+                 max_inflated: int) -> None:
         self.batches = True
         self.loop = loop
         self.queue_size = queue_size
@@ -96,7 +97,7 @@ class _Bridge(_AsyncTarget):
         self.efd = efd
         self.waiter: asyncio.Future[None] | None = None   # what the consumer awaits
         self.error: BaseException | None = None   # what ended delivery, raised after the queue
-        self._open_queue(queue_size, wait_for_room, efd, with_topic)
+        self._open_queue(queue_size, wait_for_room, efd, with_topic, max_inflated)
 
     def on_batch(self, msgs: list[Any]) -> None:
         # Messages decoded on the delivery thread (out-of-band frames, a
@@ -202,7 +203,7 @@ class AsyncSubscription:
         efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
             self._bridge = _Bridge(loop, queue_size, options.kind == "pull", efd,
-                                   options.with_topic)
+                                   options.with_topic, options.max_batch_decompressed)
         except BaseException:
             os.close(efd)
             raise

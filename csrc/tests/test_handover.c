@@ -139,7 +139,7 @@ static int test_producer_and_consumer(void)
     memset(&f, 0, sizeof f);
     f.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(f.efd >= 0);
-    f.h = uc_ho_new(FLOW_LIMIT, 1, f.efd, 1);
+    f.h = uc_ho_new(FLOW_LIMIT, 1, f.efd, 1, 1 << 20);
     CHECK(f.h != NULL);
     pthread_t pt, ct;
     CHECK_EQ(pthread_create(&ct, NULL, consume, &f), 0);
@@ -175,7 +175,7 @@ static void ignore(void *ctx, const uc_ho_rec *r, const char *t, const char *p)
  * messages that fit stay queued; an object record finds the queue full. */
 static int test_full_queue_drops_and_counts(void)
 {
-    uc_ho *h = uc_ho_new(10, 0, -1, 1);
+    uc_ho *h = uc_ho_new(10, 0, -1, 1, 1 << 20);
     CHECK(h != NULL);
     uc_msg batch[25];
     for (int i = 0; i < 25; i++)
@@ -194,7 +194,7 @@ static int test_full_queue_drops_and_counts(void)
     CHECK_EQ(queued, 10);
     CHECK_EQ(ended, 0);
     int list;
-    rc = uc_ho_put_obj(h, &list, 3);
+    rc = uc_ho_put_obj(h, &list, 3, 0);
     CHECK(rc == UC_HO_FULL || rc == UC_HO_CHECK);
     uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
     CHECK_EQ(dropped, 18);
@@ -206,7 +206,7 @@ static int test_full_queue_drops_and_counts(void)
     const uc_ho_rec *r = (const uc_ho_rec *)b->data;
     CHECK_EQ(r->kind, UC_HO_MSG);
     uc_ho_give_back(h, b);
-    CHECK_EQ(uc_ho_put_obj(h, &list, 3), UC_HO_OK);
+    CHECK_EQ(uc_ho_put_obj(h, &list, 3, 0), UC_HO_OK);
     b = uc_ho_take(h, 0, &ended);
     CHECK(b != NULL);
     r = (const uc_ho_rec *)b->data;
@@ -245,7 +245,7 @@ static int test_end_during_a_wait(void)
 {
     waiter w;
     memset(&w, 0, sizeof w);
-    w.h = uc_ho_new(4, 1, -1, 1);
+    w.h = uc_ho_new(4, 1, -1, 1, 1 << 20);
     CHECK(w.h != NULL);
     uc_msg batch[4];
     for (int i = 0; i < 4; i++)
@@ -272,7 +272,7 @@ static int test_end_during_a_wait(void)
     /* Nothing more is queued. */
     CHECK_EQ(uc_ho_put(w.h, batch, 1, &took), UC_HO_ENDED);
     int list;
-    CHECK_EQ(uc_ho_put_obj(w.h, &list, 1), UC_HO_ENDED);
+    CHECK_EQ(uc_ho_put_obj(w.h, &list, 1, 0), UC_HO_ENDED);
     uc_ho_free(w.h);
     return 0;
 }
@@ -293,7 +293,7 @@ static void *take_one(void *p)
  * made. */
 static int test_wait_for_room_checks(void)
 {
-    uc_ho *h = uc_ho_new(1, 1, -1, 1);
+    uc_ho *h = uc_ho_new(1, 1, -1, 1, 1 << 20);
     CHECK(h != NULL);
     uc_msg m = plain("t", "x", 1);
     size_t took = 0;
@@ -301,7 +301,7 @@ static int test_wait_for_room_checks(void)
     CHECK_EQ(uc_ho_put(h, &m, 1, &took), UC_HO_CHECK);
     CHECK_EQ(took, 0);
     int list;
-    CHECK_EQ(uc_ho_put_obj(h, &list, 1), UC_HO_CHECK);
+    CHECK_EQ(uc_ho_put_obj(h, &list, 1, 0), UC_HO_CHECK);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, take_one, h), 0);
     int rc;
@@ -331,7 +331,7 @@ static int test_wait_for_room_checks(void)
 static int test_plain_and_slow(void)
 {
     static char big[UC_HO_PLAIN_MAX + 1];
-    uc_ho *h = uc_ho_new(100, 0, -1, 1);
+    uc_ho *h = uc_ho_new(100, 0, -1, 1, 1 << 20);
     CHECK(h != NULL);
     uc_frame extra = {"z", 1};
     uc_msg batch[6];
@@ -363,6 +363,78 @@ static int test_plain_and_slow(void)
     }
     CHECK_EQ(n, 2);
     uc_ho_free(h);
+    return 0;
+}
+
+/* ---- decompressed bytes --------------------------------------------- */
+
+typedef struct {
+    uc_ho *h;
+    int rc;
+} obj_putter;
+
+static void *put_inflated(void *p)
+{
+    obj_putter *o = p;
+    static int list;
+    do
+        o->rc = uc_ho_put_obj(o->h, &list, 1, 60);
+    while (o->rc == UC_HO_CHECK);
+    return NULL;
+}
+
+/* The lists' decompressed bytes are bounded per queue: a queue holding
+ * none takes any one list; past the bound kind="sub" drops and counts,
+ * kind="pull" waits until the loop gives back the block that held them. */
+static int test_decompressed_bytes_bound(void)
+{
+    int a, b, c;
+    uint64_t accepted, dropped, wakeups, bytes, discarded;
+    size_t queued;
+    int ended, rc;
+    uc_ho *h = uc_ho_new(100, 0, -1, 1, 100);
+    CHECK(h != NULL);
+    CHECK_EQ(uc_ho_put_obj(h, &a, 1, 150), UC_HO_OK);      /* over the bound, alone */
+    rc = uc_ho_put_obj(h, &b, 2, 60);
+    CHECK(rc == UC_HO_FULL || rc == UC_HO_CHECK);
+    CHECK_EQ(uc_ho_put_obj(h, &c, 1, 0), UC_HO_OK);        /* nothing decompressed */
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(accepted, 2);
+    CHECK_EQ(dropped, 2);
+    CHECK(bytes >= 150 && bytes < 150 + 1024);
+    uc_ho_block *blk = uc_ho_take(h, 0, &ended);
+    CHECK(blk != NULL);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(bytes, 150);             /* taken, not handed out yet */
+    uc_ho_give_back(h, blk);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(bytes, 0);
+    CHECK_EQ(uc_ho_put_obj(h, &b, 2, 60), UC_HO_OK);
+    uc_ho_free_blocks(uc_ho_end(h, 1, &discarded));
+    CHECK_EQ(discarded, 2);
+    uc_ho_counts(h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(bytes, 0);
+    uc_ho_free(h);
+
+    /* kind="pull": the second list waits for the first's block. */
+    obj_putter o = {uc_ho_new(100, 1, -1, 1, 100), -1};
+    CHECK(o.h != NULL);
+    CHECK_EQ(uc_ho_put_obj(o.h, &a, 1, 60), UC_HO_OK);
+    CHECK_EQ(uc_ho_put_obj(o.h, &b, 1, 60), UC_HO_CHECK);  /* nobody takes */
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, put_inflated, &o), 0);
+    blk = uc_ho_take(o.h, 0, &ended);
+    CHECK(blk != NULL);
+    uc_ho_counts(o.h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(accepted, 1);            /* taken is not room: handed out is */
+    uc_ho_give_back(o.h, blk);
+    pthread_join(t, NULL);
+    CHECK_EQ(o.rc, UC_HO_OK);
+    uc_ho_counts(o.h, &accepted, &dropped, &wakeups, &queued, &bytes, &ended);
+    CHECK_EQ(accepted, 2);
+    CHECK_EQ(dropped, 0);
+    uc_ho_free_blocks(uc_ho_end(o.h, 1, &discarded));
+    uc_ho_free(o.h);
     return 0;
 }
 
@@ -404,7 +476,7 @@ static int test_one_topic_per_zmq_message(void)
         batch[i].wire = i < N / 2 ? &wire_a : &wire_b;
     }
     for (int keep = 0; keep <= 1; keep++) {
-        uc_ho *h = uc_ho_new(N, 0, -1, keep);
+        uc_ho *h = uc_ho_new(N, 0, -1, keep, 1 << 20);
         CHECK(h != NULL);
         size_t took;
         CHECK_EQ(uc_ho_put(h, batch, N, &took), UC_HO_OK);
@@ -440,7 +512,7 @@ static int test_one_topic_per_zmq_message(void)
     }
     /* Messages that are their zmq message's own payload (no wire) keep a
      * topic each. */
-    uc_ho *h = uc_ho_new(10, 0, -1, 1);
+    uc_ho *h = uc_ho_new(10, 0, -1, 1, 1 << 20);
     CHECK(h != NULL);
     uc_msg two[2] = {plain("x", "p", 1), plain("x", "p", 1)};
     size_t took;
@@ -470,7 +542,7 @@ static int test_wake_ups(void)
 {
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(efd >= 0);
-    uc_ho *h = uc_ho_new(100, 0, efd, 1);
+    uc_ho *h = uc_ho_new(100, 0, efd, 1, 1 << 20);
     CHECK(h != NULL);
     uc_msg m = plain("t", "x", 1);
     size_t took;
@@ -513,6 +585,7 @@ int main(void)
     run("wait_for_room_checks", test_wait_for_room_checks);
     run("plain_and_slow", test_plain_and_slow);
     run("one_topic_per_zmq_message", test_one_topic_per_zmq_message);
+    run("decompressed_bytes_bound", test_decompressed_bytes_bound);
     run("wake_ups", test_wake_ups);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;

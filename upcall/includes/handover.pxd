@@ -31,10 +31,11 @@ cdef extern from "handover.h" nogil:
     size_t uc_ho_rec_size(size_t bytes)
     size_t uc_ho_rec_span(const uc_ho_rec *r)
     const char *uc_ho_rec_payload(const uc_ho_rec *r)
-    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic)
+    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd, int keep_topic,
+                     uint64_t inflated_limit)
     size_t uc_ho_slow_run(const uc_msg *batch, size_t n)
     int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
-    int uc_ho_put_obj(uc_ho *h, void *obj, size_t n)
+    int uc_ho_put_obj(uc_ho *h, void *obj, size_t n, uint64_t inflated)
     uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended)
     void uc_ho_give_back(uc_ho *h, uc_ho_block *b)
     uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded)
