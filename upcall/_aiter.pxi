@@ -34,7 +34,7 @@ cdef extern from "_aiter_c.h":
 cdef object _NOTHING = object()
 
 
-# ---- the hand-over queue: frames from the delivery thread, without the GIL ----
+# ---- the hand-over queue (csrc/handover.h): frames from the delivery thread, without the GIL ----
 #
 # An async subscription's delivery thread never takes the GIL for a plain
 # message (a topic and a payload: no out-of-band frames, no fault, no
@@ -49,9 +49,10 @@ cdef object _NOTHING = object()
 # payload's fault, with_sender) is decoded on the delivery thread as before
 # and queued, in order, as an object record holding its list.
 #
-# The queue is bounded by messages (queue_size): kind="pull" waits for room
-# (the core keeps the rest of the batch), kind="sub" drops what does not fit
-# and counts it.  A wait for room, or a full queue dropping, looks every
+# The queue is bounded by messages (queue_size) and by the bytes its lists
+# decompressed (max_batch_decompressed): kind="pull" waits for room (the
+# core keeps the rest of the batch), kind="sub" drops what does not fit and
+# counts it.  A wait for room, or a full queue dropping, looks every
 # 0.2 s with the GIL whether the event loop was closed.
 
 # ---- the collector and the queue ----
