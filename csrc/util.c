@@ -162,3 +162,17 @@ void uc_efd_drain(int fd)
     while (read(fd, &v, sizeof v) < 0 && errno == EINTR)
         ;
 }
+
+/* ---- process exit ----------------------------------------------------- */
+
+static int exiting_flag;
+
+int uc_exiting(void)
+{
+    return __atomic_load_n(&exiting_flag, __ATOMIC_RELAXED);
+}
+
+void uc_set_exiting(void)
+{
+    __atomic_store_n(&exiting_flag, 1, __ATOMIC_RELAXED);
+}

@@ -52,6 +52,16 @@ void uc_efd_signal(int fd);
 /* Reset it, so that the next wait sleeps again. */
 void uc_efd_drain(int fd);
 
+/* ---- process exit ---------------------------------------------------- */
+
+/* Set once when the process is exiting (the bridge's at-exit close of every
+ * bus): from then on a delivery loop stops instead of entering the
+ * interpreter.  Read without any lock by delivery and monitor threads: a
+ * relaxed atomic, never reset; a stale read costs at most one more batch,
+ * which the closing code waits for.  Any thread. */
+int uc_exiting(void);
+void uc_set_exiting(void);
+
 /* ---- open failures ---------------------------------------------------- */
 
 /* The failure return of the open functions: *err says which layer failed,

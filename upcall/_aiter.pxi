@@ -15,32 +15,7 @@
 # an __anext__ that is cancelled, or never awaited, took nothing
 # (docs/asyncio.md).
 
-cdef extern from *:
-    """
-    typedef PyObject *(*uc_next_step_fn)(PyObject *self, PyObject *arg, int *done);
-    static uc_next_step_fn uc_next_step;
-
-    static void uc_next_set_step(uc_next_step_fn f) { uc_next_step = f; }
-
-    /* am_send: PYGEN_RETURN with the message, PYGEN_NEXT with what the
-     * waiting coroutine yields, PYGEN_ERROR with an exception set. */
-    static PySendResult uc_next_send(PyObject *self, PyObject *arg, PyObject **result) {
-        int done = 0;
-        PyObject *r = uc_next_step(self, arg, &done);
-        *result = r;
-        if (r == NULL) return PYGEN_ERROR;
-        return done ? PYGEN_RETURN : PYGEN_NEXT;
-    }
-
-    static int uc_next_install_send(PyTypeObject *t) {
-        if (t->tp_as_async == NULL) return -1;
-        t->tp_as_async->am_send = uc_next_send;
-        return 0;
-    }
-
-    /* NULL: the exception PyIter_Send set goes on (Cython raises it). */
-    static PyObject *uc_pass_error(void) { return NULL; }
-    """
+cdef extern from "_aiter_c.h":
     ctypedef enum PySendResult:
         PYGEN_RETURN
         PYGEN_ERROR
@@ -52,13 +27,14 @@ cdef extern from *:
     PySendResult PyIter_Send(object iter, object arg, PyObject **presult)
     int PyGC_Enable()
     int PyGC_Disable()
+    void uc_set_tracking(PyObject *o, int track, int depth) noexcept
 
 
 # _take_now's "nothing queued".
 cdef object _NOTHING = object()
 
 
-# ---- the hand-over queue: frames from the delivery thread, without the GIL ----
+# ---- the hand-over queue (csrc/handover.h): frames from the delivery thread, without the GIL ----
 #
 # An async subscription's delivery thread never takes the GIL for a plain
 # message (a topic and a payload: no out-of-band frames, no fault, no
@@ -73,368 +49,11 @@ cdef object _NOTHING = object()
 # payload's fault, with_sender) is decoded on the delivery thread instead
 # and queued, in order, as an object record holding its list.
 #
-# The queue is bounded by messages (queue_size): kind="pull" waits for room
-# (the core keeps the rest of the batch), kind="sub" drops what does not fit
-# and counts it.  A wait for room, or a full queue dropping, looks every
+# The queue is bounded by messages (queue_size) and by the bytes its lists
+# decompressed (max_batch_decompressed): kind="pull" waits for room (the
+# core keeps the rest of the batch), kind="sub" drops what does not fit and
+# counts it.  A wait for room, or a full queue dropping, looks every
 # 0.2 s with the GIL whether the event loop was closed.
-
-cdef extern from *:
-    """
-    #include <errno.h>
-    #include <pthread.h>
-    #include <stdint.h>
-    #include <stdlib.h>
-    #include <string.h>
-    #include <time.h>
-    #include <unistd.h>
-
-    #define UC_HO_BLOCK_BYTES 65536   /* records per block, in bytes */
-    #define UC_HO_PLAIN_MAX 16384     /* the largest plain message (topic and payload), in bytes */
-    #define UC_HO_SPARE 4             /* empty blocks kept for reuse */
-    #define UC_HO_CHECK_NS 200000000  /* a full queue looks at the loop this often */
-
-    enum { UC_HO_MSG = 0, UC_HO_OBJ = 1, UC_HO_KIND = 0xff,
-           UC_HO_LAST = 0x100 /* the last record of a batch: sub.batches() ends its list there */ };
-    enum { UC_HO_OK = 0, UC_HO_SLOW = 1, UC_HO_ENDED = 2, UC_HO_CHECK = 3, UC_HO_FULL = 4 };
-
-    typedef struct uc_ho_rec {
-        uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST */
-        uint32_t topic_len;     /* UC_HO_MSG: the topic's bytes, then the payload's */
-        uint64_t size;          /* UC_HO_MSG: the payload's length; UC_HO_OBJ: its messages */
-        void *obj;              /* UC_HO_OBJ: a list (a reference of its own) */
-    } uc_ho_rec;
-
-    typedef struct uc_ho_block {
-        struct uc_ho_block *next;
-        size_t len, cap;        /* bytes of records, room */
-        size_t count;           /* messages in it */
-        char data[];
-    } uc_ho_block;
-
-    typedef struct uc_ho {
-        pthread_mutex_t mu;
-        pthread_cond_t room;
-        uc_ho_block *head, *tail;   /* queued blocks, oldest first */
-        uc_ho_block *spare;         /* empty blocks for reuse */
-        size_t n_spare;
-        size_t queued;              /* messages queued */
-        size_t limit;               /* queue_size */
-        int wait_for_room;          /* kind="pull" */
-        int idle;                   /* the loop waits: the next message wakes it */
-        int ended;                  /* nothing more is queued */
-        int efd;                    /* the loop's eventfd; -1 once closed */
-        struct timespec checked;    /* when a full queue last looked at the loop */
-        uint64_t accepted, dropped, wakeups;
-    } uc_ho;
-
-    static size_t uc_ho_rec_size(size_t bytes) {
-        return (sizeof(uc_ho_rec) + bytes + 7) & ~(size_t)7;
-    }
-
-    static uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd) {
-        uc_ho *h = calloc(1, sizeof *h);
-        if (!h) return NULL;
-        pthread_mutex_init(&h->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&h->room, &ca);
-        pthread_condattr_destroy(&ca);
-        h->limit = limit;
-        h->wait_for_room = wait_for_room;
-        h->efd = efd;
-        return h;
-    }
-
-    /* Plain: what the loop decodes from the bytes alone, and small enough
-     * that copying it costs less than the GIL hand-off (a larger payload is
-     * decoded on the delivery thread from its zmq frame: one copy, not two). */
-    static int uc_ho_plain(const uc_msg *m) {
-        return m->n_extra == 0 && m->fault == 0 && m->n_frames <= 2 && m->user_id == NULL
-               && m->topic.size + m->payload.size <= UC_HO_PLAIN_MAX;
-    }
-
-    /* How many messages from the first are not plain (decoded on the delivery thread). */
-    static size_t uc_ho_slow_run(const uc_msg *batch, size_t n) {
-        size_t k = 0;
-        while (k < n && !uc_ho_plain(&batch[k])) k++;
-        return k;
-    }
-
-    /* Room for `bytes` at the tail (the lock held): a block, or NULL. */
-    static uc_ho_rec *uc_ho_reserve(uc_ho *h, size_t need) {
-        uc_ho_block *b = h->tail;
-        if (b == NULL || b->cap - b->len < need) {
-            b = NULL;
-            if (h->spare && need <= h->spare->cap) {
-                b = h->spare;
-                h->spare = b->next;
-                h->n_spare--;
-            } else {
-                size_t cap = need > UC_HO_BLOCK_BYTES ? need : UC_HO_BLOCK_BYTES;
-                b = malloc(sizeof *b + cap);
-                if (!b) return NULL;
-                b->cap = cap;
-            }
-            b->next = NULL;
-            b->len = 0;
-            b->count = 0;
-            if (h->tail) h->tail->next = b; else h->head = b;
-            h->tail = b;
-        }
-        uc_ho_rec *r = (uc_ho_rec *)(b->data + b->len);
-        b->len += need;
-        return r;
-    }
-
-    static void uc_ho_wake(uc_ho *h) {    /* the lock held */
-        if (h->idle && h->efd >= 0) {
-            uint64_t one = 1;
-            h->idle = 0;
-            h->wakeups++;
-            while (write(h->efd, &one, sizeof one) < 0 && errno == EINTR) {}
-        }
-    }
-
-    static int uc_ho_due(uc_ho *h) {      /* a full queue's look at the loop is due */
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        int64_t ns = (int64_t)(now.tv_sec - h->checked.tv_sec) * 1000000000
-                     + (now.tv_nsec - h->checked.tv_nsec);
-        if (ns < UC_HO_CHECK_NS) return 0;
-        h->checked = now;
-        return 1;
-    }
-
-    /* Queue what it can of batch[0..n) (the delivery thread, no GIL);
-     * *took: the messages taken (queued, or dropped and counted).
-     * UC_HO_OK: all of them; UC_HO_SLOW: batch[*took] is not plain;
-     * UC_HO_ENDED: nothing more is queued; UC_HO_CHECK: look whether the
-     * event loop is still open (then call again with the rest). */
-    static int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took) {
-        size_t k = 0, i, keep;
-        int rc = UC_HO_OK;
-        *took = 0;
-        while (k < n && uc_ho_plain(&batch[k])) k++;
-        if (k < n) rc = UC_HO_SLOW;
-        if (k == 0) return rc;
-        pthread_mutex_lock(&h->mu);
-        while (!h->ended && h->wait_for_room && h->queued && h->queued + k > h->limit) {
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_nsec += UC_HO_CHECK_NS;
-            if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
-            if (pthread_cond_timedwait(&h->room, &h->mu, &until) == ETIMEDOUT
-                    && h->queued + k > h->limit) {
-                pthread_mutex_unlock(&h->mu);
-                return UC_HO_CHECK;
-            }
-        }
-        if (h->ended) {
-            pthread_mutex_unlock(&h->mu);
-            return UC_HO_ENDED;
-        }
-        keep = k;
-        if (!h->wait_for_room && h->queued + k > h->limit) {
-            keep = h->queued < h->limit ? h->limit - h->queued : 0;
-            h->dropped += k - keep;
-            if (uc_ho_due(h)) rc = UC_HO_CHECK;
-        }
-        uc_ho_rec *last = NULL;
-        for (i = 0; i < keep; i++) {
-            const uc_msg *m = &batch[i];
-            uc_ho_rec *r = uc_ho_reserve(h, uc_ho_rec_size(m->topic.size + m->payload.size));
-            if (!r) {                 /* out of memory: dropped, counted */
-                h->dropped += keep - i;
-                break;
-            }
-            last = r;
-            r->kind = UC_HO_MSG;
-            r->topic_len = (uint32_t)m->topic.size;
-            r->size = m->payload.size;
-            r->obj = NULL;
-            if (m->topic.size) memcpy((char *)(r + 1), m->topic.data, m->topic.size);
-            if (m->payload.size)
-                memcpy((char *)(r + 1) + m->topic.size, m->payload.data, m->payload.size);
-            h->tail->count++;
-            h->queued++;
-            h->accepted++;
-        }
-        if (last) last->kind |= UC_HO_LAST;
-        uc_ho_wake(h);
-        pthread_mutex_unlock(&h->mu);
-        *took = k;
-        return rc;
-    }
-
-    /* Queue a list of n decoded messages (the delivery thread, with or
-     * without the GIL: obj is not touched).  UC_HO_OK: queued (the queue
-     * owns the reference); UC_HO_FULL: dropped (kind="sub", the queue is
-     * full: counted); UC_HO_ENDED; UC_HO_CHECK: as uc_ho_put. */
-    static int uc_ho_put_obj(uc_ho *h, void *obj, size_t n) {
-        int rc = UC_HO_OK;
-        pthread_mutex_lock(&h->mu);
-        while (!h->ended && h->wait_for_room && h->queued && h->queued + n > h->limit) {
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_nsec += UC_HO_CHECK_NS;
-            if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
-            if (pthread_cond_timedwait(&h->room, &h->mu, &until) == ETIMEDOUT
-                    && h->queued + n > h->limit) {
-                pthread_mutex_unlock(&h->mu);
-                return UC_HO_CHECK;
-            }
-        }
-        if (h->ended) {
-            rc = UC_HO_ENDED;
-        } else if (!h->wait_for_room && h->queued >= h->limit) {
-            h->dropped += n;
-            rc = uc_ho_due(h) ? UC_HO_CHECK : UC_HO_FULL;
-        } else {
-            uc_ho_rec *r = uc_ho_reserve(h, uc_ho_rec_size(0));
-            if (!r) {
-                h->dropped += n;
-                rc = UC_HO_FULL;
-            } else {
-                r->kind = UC_HO_OBJ | UC_HO_LAST;
-                r->topic_len = 0;
-                r->size = n;
-                r->obj = obj;
-                h->tail->count += n;
-                h->queued += n;
-                h->accepted += n;
-                uc_ho_wake(h);
-            }
-        }
-        pthread_mutex_unlock(&h->mu);
-        return rc;
-    }
-
-    /* The loop: the oldest block (NULL: none queued; *ended then says
-     * whether more may come; with arm, the next message wakes the loop). */
-    static uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended) {
-        pthread_mutex_lock(&h->mu);
-        uc_ho_block *b = h->head;
-        if (b) {
-            h->head = b->next;
-            if (!h->head) h->tail = NULL;
-            b->next = NULL;
-            h->queued -= b->count;
-            if (h->wait_for_room) pthread_cond_signal(&h->room);
-        } else if (arm && !h->ended) {
-            h->idle = 1;
-        }
-        *ended = h->ended;
-        pthread_mutex_unlock(&h->mu);
-        return b;
-    }
-
-    static void uc_ho_give_back(uc_ho *h, uc_ho_block *b) {
-        if (!b) return;
-        pthread_mutex_lock(&h->mu);
-        if (h->n_spare < UC_HO_SPARE && b->cap == UC_HO_BLOCK_BYTES) {
-            b->next = h->spare;
-            h->spare = b;
-            h->n_spare++;
-            b = NULL;
-        }
-        pthread_mutex_unlock(&h->mu);
-        free(b);
-    }
-
-    /* Nothing more is queued; wake a waiting delivery thread and the loop.
-     * With discard, the queued blocks are returned (the caller drops their
-     * object records' references), *discarded their messages. */
-    static uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded) {
-        uc_ho_block *b = NULL;
-        pthread_mutex_lock(&h->mu);
-        h->ended = 1;
-        if (discard) {
-            b = h->head;
-            h->head = h->tail = NULL;
-            *discarded = h->queued;
-            h->queued = 0;
-        }
-        pthread_cond_broadcast(&h->room);
-        h->idle = 1;
-        uc_ho_wake(h);
-        pthread_mutex_unlock(&h->mu);
-        return b;
-    }
-
-    /* The eventfd is about to be closed: never written again. */
-    static void uc_ho_forget_fd(uc_ho *h) {
-        pthread_mutex_lock(&h->mu);
-        h->efd = -1;
-        pthread_mutex_unlock(&h->mu);
-    }
-
-    static void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped,
-                             uint64_t *wakeups, size_t *queued, int *ended) {
-        pthread_mutex_lock(&h->mu);
-        *ended = h->ended;
-        *accepted = h->accepted;
-        *dropped = h->dropped;
-        *wakeups = h->wakeups;
-        *queued = h->queued;
-        pthread_mutex_unlock(&h->mu);
-    }
-
-    static void uc_ho_free_blocks(uc_ho_block *b) {
-        while (b) {
-            uc_ho_block *next = b->next;
-            free(b);
-            b = next;
-        }
-    }
-
-    /* Freed with its target: no thread uses it any more (the delivery
-     * loop holds the Subscription, which holds the target). */
-    static void uc_ho_free(uc_ho *h) {
-        if (!h) return;
-        uc_ho_free_blocks(h->head);
-        uc_ho_free_blocks(h->spare);
-        pthread_mutex_destroy(&h->mu);
-        pthread_cond_destroy(&h->room);
-        free(h);
-    }
-    """
-    ctypedef struct uc_ho_rec:
-        uint32_t kind
-        uint32_t topic_len
-        uint64_t size
-        void *obj
-    ctypedef struct uc_ho_block:
-        uc_ho_block *next
-        size_t len
-        size_t count
-        char *data
-    ctypedef struct uc_ho:
-        pass
-    enum:
-        UC_HO_MSG
-        UC_HO_OBJ
-        UC_HO_KIND
-        UC_HO_LAST
-        UC_HO_OK
-        UC_HO_SLOW
-        UC_HO_ENDED
-        UC_HO_CHECK
-        UC_HO_FULL
-    size_t uc_ho_rec_size(size_t bytes) nogil
-    uc_ho *uc_ho_new(size_t limit, int wait_for_room, int efd) nogil
-    int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took) nogil
-    int uc_ho_put_obj(uc_ho *h, void *obj, size_t n) nogil
-    uc_ho_block *uc_ho_take(uc_ho *h, int arm, int *ended) nogil
-    void uc_ho_give_back(uc_ho *h, uc_ho_block *b) nogil
-    uc_ho_block *uc_ho_end(uc_ho *h, int discard, uint64_t *discarded) nogil
-    void uc_ho_forget_fd(uc_ho *h) nogil
-    void uc_ho_counts(uc_ho *h, uint64_t *accepted, uint64_t *dropped, uint64_t *wakeups,
-                      size_t *queued, int *ended) nogil
-    size_t uc_ho_slow_run(const uc_msg *batch, size_t n) nogil
-    void uc_ho_free_blocks(uc_ho_block *b) nogil
-    void uc_ho_free(uc_ho *h) nogil
-
 
 # ---- the collector and the queue ----
 #
@@ -453,49 +72,6 @@ cdef extern from *:
 # collector too (_unpark_batch).  Only exact dicts, lists and tuples are
 # touched, down to 32 levels.
 
-cdef extern from *:
-    """
-    /* Untrack (track = 0) or track again o's containers, children first;
-     * only exact dicts, lists and tuples, down to depth 32.  Tracking again
-     * follows CPython's own rule for dicts: a dict only if it holds
-     * something the collector may have to see, so a dict of atoms stays
-     * untracked as the decoder made it.  The children are visited with the
-     * type's own tp_traverse, as the collector visits them (PyDict_Next
-     * cost about 50 instructions an entry); atoms are passed over without
-     * a call (their type has no Py_TPFLAGS_HAVE_GC). */
-    typedef struct { int track, depth, need; } uc_tracking;
-
-    static void uc_set_tracking(PyObject *o, int track, int depth);
-
-    static int uc_tracking_visit(PyObject *v, void *arg) {
-        uc_tracking *t = (uc_tracking *)arg;
-        if (!PyType_HasFeature(Py_TYPE(v), Py_TPFLAGS_HAVE_GC)) return 0;
-        uc_set_tracking(v, t->track, t->depth + 1);
-        if (!t->need) t->need = !PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v);
-        return 0;
-    }
-
-    static void uc_set_tracking(PyObject *o, int track, int depth) {
-        PyTypeObject *tp = Py_TYPE(o);
-        uc_tracking t;
-        if (tp != &PyDict_Type && tp != &PyList_Type && tp != &PyTuple_Type)
-            return;     /* atoms, and objects of other types: left as they are */
-        t.track = track;
-        t.depth = depth;
-        t.need = depth >= 32;
-        if (!t.need) tp->tp_traverse(o, uc_tracking_visit, &t);
-        if (track) {
-            /* A list or a tuple is tracked whatever it holds, as CPython makes them. */
-            if ((t.need || tp != &PyDict_Type) && !PyObject_GC_IsTracked(o))
-                PyObject_GC_Track(o);
-        } else if (PyObject_GC_IsTracked(o)) {
-            PyObject_GC_UnTrack(o);
-        }
-    }
-    """
-    void uc_set_tracking(PyObject *o, int track, int depth) noexcept
-
-
 cdef inline void _set_tracking(object o, bint track, int depth) noexcept:
     uc_set_tracking(<PyObject *>o, track, depth)
 
@@ -509,11 +85,16 @@ cdef class _AsyncTarget(Handler):
     cdef uc_ho *ho
     cdef public uint64_t loop_errors      # messages the loop found undecodable
     cdef public uint64_t discarded        # messages queued, then discarded (close, the end)
+    cdef uint64_t list_inflated           # what the list on_batch gets next decompressed
 
-    def _open_queue(self, size_t limit, bint wait_for_room, int efd):
+    def _open_queue(self, size_t limit, bint wait_for_room, int efd, bint with_topic,
+                    uint64_t max_inflated):
+        """The queue: at most limit messages and max_inflated bytes of
+        decompressed frames, kind="pull" waiting for room, the loop woken
+        through efd, the topics kept only with with_topic."""
         if self.ho != NULL:
             raise RuntimeError("the hand-over queue is open already")
-        self.ho = uc_ho_new(limit, wait_for_room, efd)
+        self.ho = uc_ho_new(limit, wait_for_room, efd, with_topic, max_inflated)
         if self.ho == NULL:
             raise MemoryError()
 
@@ -523,10 +104,12 @@ cdef class _AsyncTarget(Handler):
         the queue is full; counted) or the loop is closed (StopDelivery)."""
         cdef int rc
         cdef size_t n = <size_t>PyList_GET_SIZE(msgs)
+        cdef uint64_t inflated = self.list_inflated
+        self.list_inflated = 0
         while True:
             Py_INCREF(msgs)               # the queue's reference
             with nogil:
-                rc = uc_ho_put_obj(self.ho, <void *>msgs, n)
+                rc = uc_ho_put_obj(self.ho, <void *>msgs, n, inflated)
             if rc == UC_HO_OK:
                 return True
             Py_DECREF(msgs)
@@ -559,13 +142,13 @@ cdef class _AsyncTarget(Handler):
             uc_ho_forget_fd(self.ho)
 
     def _counts(self):
-        """(accepted, dropped, wakeups, queued, ended) of the queue."""
-        cdef uint64_t accepted = 0, dropped = 0, wakeups = 0
+        """(accepted, dropped, wakeups, queued, queued_bytes, ended) of the queue."""
+        cdef uint64_t accepted = 0, dropped = 0, wakeups = 0, queued_bytes = 0
         cdef size_t queued = 0
         cdef int ended = 1
         if self.ho != NULL:
-            uc_ho_counts(self.ho, &accepted, &dropped, &wakeups, &queued, &ended)
-        return accepted, dropped, wakeups, queued, bool(ended)
+            uc_ho_counts(self.ho, &accepted, &dropped, &wakeups, &queued, &queued_bytes, &ended)
+        return accepted, dropped, wakeups, queued, queued_bytes, bool(ended)
 
     def __dealloc__(self):
         cdef uint64_t discarded = 0
@@ -585,14 +168,11 @@ cdef void _drop_blocks(uc_ho_block *b) noexcept:
         off = 0
         while off < b.len:
             r = <uc_ho_rec *>(b.data + off)
-            if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-                off += uc_ho_rec_size(0)
-                if r.obj != NULL:
-                    _set_tracking_all(<list>r.obj, True)
-                    Py_DECREF(<object>r.obj)
-                    r.obj = NULL
-            else:
-                off += uc_ho_rec_size(r.topic_len + r.size)
+            off += uc_ho_rec_span(r)
+            if (r.kind & UC_HO_KIND) == UC_HO_OBJ and r.obj != NULL:
+                _set_tracking_all(<list>r.obj, True)
+                Py_DECREF(<object>r.obj)
+                r.obj = NULL
         free(b)
         b = next
 
@@ -660,6 +240,8 @@ cdef class _Pending:
     cdef Decoder decoder
     cdef bint with_topic
     cdef bytes topic              # the last topic made (one object for a run of one topic)
+    cdef const char *topic_at     # the stored topic `topic` was made from, in blk
+    cdef const char *block_topic  # the topic stored last in blk (UC_HO_SAME_TOPIC's)
     cdef bint last                # the record taken last ended a batch (UC_HO_LAST)
 
     def __cinit__(self):
@@ -711,12 +293,8 @@ cdef size_t _records_left(uc_ho_block *b, size_t off) noexcept:
     cdef uc_ho_rec *r
     while off < b.len:
         r = <uc_ho_rec *>(b.data + off)
-        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-            off += uc_ho_rec_size(0)
-            n += <size_t>r.size
-        else:
-            off += uc_ho_rec_size(r.topic_len + r.size)
-            n += 1
+        off += uc_ho_rec_span(r)
+        n += <size_t>r.size if (r.kind & UC_HO_KIND) == UC_HO_OBJ else 1
     return n
 
 
@@ -725,14 +303,11 @@ cdef void _drop_blocks_from(uc_ho_block *b, size_t off) noexcept:
     cdef uc_ho_rec *r
     while off < b.len:
         r = <uc_ho_rec *>(b.data + off)
-        if (r.kind & UC_HO_KIND) == UC_HO_OBJ:
-            off += uc_ho_rec_size(0)
-            if r.obj != NULL:
-                _set_tracking_all(<list>r.obj, True)
-                Py_DECREF(<object>r.obj)
-                r.obj = NULL
-        else:
-            off += uc_ho_rec_size(r.topic_len + r.size)
+        off += uc_ho_rec_span(r)
+        if (r.kind & UC_HO_KIND) == UC_HO_OBJ and r.obj != NULL:
+            _set_tracking_all(<list>r.obj, True)
+            Py_DECREF(<object>r.obj)
+            r.obj = NULL
     free(b)
 
 
@@ -777,13 +352,15 @@ cdef object _next_record(_Pending p):
             p.batch = lst
             p.pos = 0
             return _NOTHING if PyList_GET_SIZE(lst) == 0 else _OBJ_LIST
-        t = <const char *>(r + 1)
+        if (r.kind & UC_HO_SAME_TOPIC) == 0:
+            p.block_topic = <const char *>(r + 1)
+        t = p.block_topic
         tl = r.topic_len
-        p.off += uc_ho_rec_size(tl + r.size)
+        p.off += uc_ho_rec_span(r)
         try:
-            obj = p.decoder.decode_wire(t + tl, <Py_ssize_t>r.size)
+            obj = p.decoder.decode_wire(uc_ho_rec_payload(r), <Py_ssize_t>r.size)
         except BaseException as exc:
-            verdict = _loop_decode_error(p, exc, t, tl, <size_t>r.size)
+            verdict = _loop_decode_error(p, exc, t, tl, uc_ho_rec_payload(r), <size_t>r.size)
             if verdict == UC_DELIVER_MORE:
                 if p.last:
                     return _NOTHING     # a batch ends here (sub.batches())
@@ -794,6 +371,8 @@ cdef object _next_record(_Pending p):
             return (_record_topic(p, t, tl), obj)
         return obj
     p.blk = NULL
+    p.block_topic = NULL
+    p.topic_at = NULL
     uc_ho_give_back(p.target.ho, b)
     return _NOTHING
 
@@ -803,7 +382,12 @@ cdef object _OBJ_LIST = object()
 
 
 cdef inline bytes _record_topic(_Pending p, const char *t, size_t tl):
+    """The topic at t as bytes: one object for the records sharing one
+    stored topic (a coalesced zmq message's), and for a run of one topic."""
     cdef bytes last = p.topic
+    if t == p.topic_at and last is not None:
+        return last
+    p.topic_at = t
     if last is not None and <size_t>PyBytes_GET_SIZE(last) == tl and \
             memcmp(PyBytes_AS_STRING(last), t, tl) == 0:
         return last
@@ -813,7 +397,7 @@ cdef inline bytes _record_topic(_Pending p, const char *t, size_t tl):
 
 
 cdef int _loop_decode_error(_Pending p, BaseException exc, const char *t, size_t tl,
-                            size_t size) noexcept:
+                            const char *payload, size_t size) noexcept:
     """A message the loop could not decode: counted and reported as on a
     delivery thread (on_error runs here, on the loop's thread)."""
     cdef Subscription sub = p.sub
@@ -821,7 +405,7 @@ cdef int _loop_decode_error(_Pending p, BaseException exc, const char *t, size_t
     p.target.loop_errors += 1
     bad_topic = PyBytes_FromStringAndSize(t, <Py_ssize_t>tl)
     return sub._report(_with_context(exc, bad_topic),
-                       PyBytes_FromStringAndSize(t + tl, <Py_ssize_t>size), bad_topic, True)
+                       PyBytes_FromStringAndSize(payload, <Py_ssize_t>size), bad_topic, True)
 
 
 cdef void _stop_on_loop(_Pending p) noexcept:
@@ -888,6 +472,7 @@ cdef object _take_now(_Pending p, object owner, bint whole, bint arm=False):
             return _NOTHING
         p.blk = b
         p.off = 0
+        p.topic_at = NULL       # a block at an address a freed one had
 
 
 def _take_armed(_Pending pending not None, owner, bint whole):

@@ -202,6 +202,9 @@ DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
 # Decompressed bytes per message without subscribe(max_message_size=...).
 DEFAULT_MAX_DECOMPRESSED: int
+# Decompressed bytes one batch list (and one async queue) may hold without
+# subscribe(max_batch_decompressed=...).
+DEFAULT_MAX_BATCH_DECOMPRESSED: int
 COMPRESSION: tuple[str, ...]
 
 def oob_outstanding() -> tuple[int, int]: ...
@@ -219,6 +222,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     on_error: Callable[[BaseException, Any], Any] | None
     rcvhwm: int | None
     max_message_size: int | None
+    max_batch_decompressed: int | None
     curve_server: CurveKeyPair | None
     curve_serverkey: CurveKey | None
     curve_client: CurveKeyPair | None
@@ -419,8 +423,9 @@ class _AsyncTarget(Handler):
     fills without the GIL."""
     loop_errors: int
     discarded: int
-    def _open_queue(self, limit: int, wait_for_room: bool, efd: int) -> None: ...
+    def _open_queue(self, limit: int, wait_for_room: bool, efd: int, with_topic: bool,
+                    max_inflated: int) -> None: ...
     def _queue_list(self, msgs: list[Any]) -> bool: ...
     def _end(self, discard: bool) -> None: ...
     def _forget_fd(self) -> None: ...
-    def _counts(self) -> tuple[int, int, int, int, bool]: ...
+    def _counts(self) -> tuple[int, int, int, int, int, bool]: ...

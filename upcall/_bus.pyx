@@ -37,6 +37,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
+from upcall.includes.handover cimport *
 from upcall.includes.oob cimport *
 from upcall.includes.python cimport *
 from upcall.includes.zmq cimport ETERM
@@ -689,6 +690,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._copy = opts.copy
         sub._max_message_size = <uint64_t>mms if mms >= 0 else 0
         sub._max_size_given = mms >= 0
+        sub._max_batch_inflated = opts.max_batch_decompressed
         sub._caller = delivery == "caller"
         sub._topic_set = dict.fromkeys(topic_list)
         sub._topics = tuple(topic_list)

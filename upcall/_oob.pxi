@@ -58,6 +58,13 @@ MAX_OOB_FRAMES = UC_WIRE_MAX_OOB
 #: in all, for a subscription given no ``max_message_size`` (docs/security.md).
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 cdef uint64_t _DEFAULT_MAX_DECOMPRESSED = DEFAULT_MAX_DECOMPRESSED
+#: Bytes the decompressed out-of-band frames of the messages of one list may
+#: take in all, where decoded messages are held together: a
+#: ``Handler(batches=True)`` batch, and what an async subscription's
+#: hand-over queue holds (``subscribe(max_batch_decompressed=...)``; the
+#: first message of a list is bound by max_message_size alone;
+#: docs/security.md).
+DEFAULT_MAX_BATCH_DECOMPRESSED = 64 * 1024 * 1024
 
 # One queue for the process, never freed: a peer (an inproc subscriber
 # keeping a view) may hold a frame for as long as it likes.
@@ -208,6 +215,14 @@ cdef class _Inflated:
         _inflated_alive -= 1
 
 
+cdef struct _inflate_budget:
+    # A list being decoded (_deliver_as_list): the bytes its messages'
+    # compressed frames decompressed to, and the most they may.
+    uint64_t limit
+    uint64_t used
+    bint over               # the message being decoded did not fit: hand the list first
+
+
 cdef struct _oob_ctx:
     # The decoder's context for a message's out-of-band frames.
     const uc_msg *m
@@ -219,6 +234,8 @@ cdef struct _oob_ctx:
     uint64_t left
     uint64_t refused        # the size the message would have reached, once refused
     bint whole
+    _inflate_budget *batch  # the list it joins (NULL: delivered alone)
+    uint64_t inflated       # bytes this message decompressed so far
 
 
 cdef inline void _oob_size_limit(_oob_ctx *c, const uc_msg *m, uint64_t max_message_size,
@@ -228,6 +245,8 @@ cdef inline void _oob_size_limit(_oob_ctx *c, const uc_msg *m, uint64_t max_mess
     c.limit = max_message_size if given else _DEFAULT_MAX_DECOMPRESSED
     c.left = c.limit
     c.refused = 0
+    c.batch = NULL
+    c.inflated = 0
     if given:
         c.left = c.limit - m.payload.size if m.payload.size < c.limit else 0
 
@@ -278,6 +297,14 @@ cdef object _oob_inflated(_oob_ctx *c, size_t i, unsigned codec_id, uint64_t siz
         return None
     if not _oob_take(c, size, err):
         return None
+    if c.batch != NULL:
+        # A list holds what its messages decompressed together; one message
+        # alone is bound by the limit above only.
+        if c.batch.used and c.batch.used + c.inflated + size > c.batch.limit:
+            c.batch.over = True
+            err[0] = UC_WIRE_ERR_MSG_SIZE
+            return None
+        c.inflated += size
     if copy:
         out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
         dst = PyBytes_AS_STRING(out)

@@ -156,6 +156,8 @@ cdef class Subscription:
     cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
     cdef uint64_t _max_message_size   # max_message_size, if _max_size_given (_oob_size_limit)
     cdef bint _max_size_given
+    cdef uint64_t _max_batch_inflated  # max_batch_decompressed (_deliver_as_list)
+    cdef _inflate_budget *_budget      # the list being decoded, while one is (_decode_oob)
     cdef bint _caller
     cdef bint _closed
     cdef str _thread_name

@@ -59,6 +59,11 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
                           const size_t *idx, size_t *done) noexcept:
     """Handler.batches: decode the batch into lists, one on_batch call each.
 
+    The messages of one list decompress at most max_batch_decompressed
+    bytes together: a message that would take the list past it starts the
+    next list (on_batch gets the list so far first), so that nothing is
+    lost and no list holds more (docs/security.md).
+
     A message that does not decode is reported (on_error) where it stands:
     on_batch first gets the messages decoded before it, so that a report
     interrupted in caller mode (KeyboardInterrupt) leaves nothing decoded
@@ -78,16 +83,25 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
     # The asyncio adapter queues the messages: untracked from the start
     # (upcall/_aiter.pxi), the collector does not walk them.
     cdef bint park = isinstance(handler, _AsyncTarget)
+    cdef _inflate_budget budget
+    budget.limit = sub._max_batch_inflated
+    budget.used = 0
+    budget.over = False
+    sub._budget = &budget
     while i < n:
         m = batch + (idx[i] if idx != NULL else i)
         try:
             obj = _decode(decoder, m, sub)
         except BaseException as exc:
             if msgs:
-                verdict = _hand_list(sub, handler, msgs)
+                verdict = _hand_list(sub, handler, msgs, budget.used)
                 msgs = []
+                budget.used = 0
                 if verdict != UC_DELIVER_MORE:
                     break
+            if budget.over:       # the list is handed: decoded again, first of the next
+                budget.over = False
+                continue
             i += 1
             uc_sub_add_stat(sub._c, UC_STAT_DECODE_ERRORS, 1)
             bad_topic = PyBytes_FromStringAndSize(m.topic.data, <Py_ssize_t>m.topic.size)
@@ -103,16 +117,20 @@ cdef int _deliver_as_list(Subscription sub, Handler handler, const uc_msg *batch
         msgs.append(obj)
         i += 1
     if msgs:
-        verdict = _hand_list(sub, handler, msgs)
+        verdict = _hand_list(sub, handler, msgs, budget.used)
+    sub._budget = NULL
     if with_topic:
         sub._split_topic = topic if topic_wire != NULL else None
     done[0] = i
     return verdict
 
 
-cdef int _hand_list(Subscription sub, Handler handler, list msgs) noexcept:
-    """One on_batch call; every message of the list is counted once."""
+cdef int _hand_list(Subscription sub, Handler handler, list msgs, uint64_t inflated) noexcept:
+    """One on_batch call; every message of the list is counted once.
+    inflated: the bytes its messages decompressed (the async queue counts them)."""
     cdef int verdict = UC_DELIVER_MORE
+    if inflated and isinstance(handler, _AsyncTarget):
+        (<_AsyncTarget>handler).list_inflated = inflated
     try:
         handler.on_batch(msgs)
     except StopDelivery:

@@ -31,19 +31,8 @@ cdef enum:
     GIL_ADOPT = 0
     GIL_PER_UPCALL = 1
 
-# Set when the bus registry closes everything at exit: from then on a loop
-# stops instead of entering Python.  Read without the GIL by delivery and
-# monitor threads: a relaxed atomic (a plain int was a data race TSan
-# reported against the connection-event thread); a stale read costs at most
-# one more batch, which the closing code waits for.
-cdef extern from *:
-    """
-    static int uc_exiting_flag;
-    static inline int uc_exiting(void) { return __atomic_load_n(&uc_exiting_flag, __ATOMIC_RELAXED); }
-    static inline void uc_set_exiting(void) { __atomic_store_n(&uc_exiting_flag, 1, __ATOMIC_RELAXED); }
-    """
-    int uc_exiting() noexcept nogil
-    void uc_set_exiting() noexcept nogil
+# uc_exiting(): set when the bus registry closes everything at exit (csrc/util.h).
+from upcall.includes.util cimport uc_exiting, uc_set_exiting
 
 cdef struct loop_state:
     PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
@@ -357,9 +346,13 @@ cdef object _decode_oob(Decoder decoder, const uc_msg *m, Subscription sub):
     # Out of line: only messages with frames after the payload come here.
     cdef _oob_ctx c
     _oob_size_limit(&c, m, sub._max_message_size, sub._max_size_given)
+    c.batch = sub._budget
     try:
-        return decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra,
-                                  m.n_extra, _oob_bytes if sub._copy else _oob_value, <void *>&c)
+        obj = decoder.decode_msg(m.payload.data, <Py_ssize_t>m.payload.size, m.extra,
+                                 m.n_extra, _oob_bytes if sub._copy else _oob_value, <void *>&c)
+        if c.batch != NULL:
+            c.batch.used += c.inflated
+        return obj
     except DecodeError as exc:
         if c.refused and exc.reason == "message_size":
             _oob_explain(exc, &c)

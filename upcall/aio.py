@@ -88,7 +88,8 @@ class _Bridge(_AsyncTarget):
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue_size: int,
-                 wait_for_room: bool, efd: int) -> None:
+                 wait_for_room: bool, efd: int, with_topic: bool,
+                 max_inflated: int) -> None:
         self.batches = True
         self.loop = loop
         self.queue_size = queue_size
@@ -96,7 +97,7 @@ class _Bridge(_AsyncTarget):
         self.efd = efd
         self.waiter: asyncio.Future[None] | None = None   # what the consumer awaits
         self.error: BaseException | None = None   # what ended delivery, raised after the queue
-        self._open_queue(queue_size, wait_for_room, efd)
+        self._open_queue(queue_size, wait_for_room, efd, with_topic, max_inflated)
 
     def on_batch(self, msgs: list[Any]) -> None:
         # Messages decoded on the delivery thread (out-of-band frames, a
@@ -201,7 +202,8 @@ class AsyncSubscription:
             raise ValueError(f"queue_size must be >= 1, not {queue_size!r}")
         efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
-            self._bridge = _Bridge(loop, queue_size, options.kind == "pull", efd)
+            self._bridge = _Bridge(loop, queue_size, options.kind == "pull", efd,
+                                   options.with_topic, options.max_batch_decompressed)
         except BaseException:
             os.close(efd)
             raise
@@ -315,7 +317,7 @@ class AsyncSubscription:
     @property
     def closed(self) -> bool:
         """True once closed, or once delivery has ended (e.g. its event loop closed)."""
-        return self._bridge._counts()[4] or self._sub.closed
+        return self._bridge._counts()[5] or self._sub.closed
 
     @property
     def stats(self) -> dict[str, int]:
@@ -323,16 +325,20 @@ class AsyncSubscription:
         ``delivered`` counts the messages queued for the event loop (less
         those the loop found undecodable, and those discarded at the end)
         and ``dropped`` includes those the full queue dropped (kind="sub")
-        and those discarded; and ``queued`` (waiting for the consumer now)
-        and ``wakeups`` (event-loop wake-ups so far, at most one per batch)."""
+        and those discarded; and ``queued`` (waiting for the consumer now),
+        ``queued_bytes`` (the bytes the queue holds for them now: the
+        records of the plain messages, one copy of a topic per zmq message
+        and none without with_topic) and ``wakeups`` (event-loop wake-ups
+        so far, at most one per batch)."""
         stats = self._sub.stats
         bridge = self._bridge
-        accepted, dropped, wakeups, queued, _ = bridge._counts()
+        accepted, dropped, wakeups, queued, queued_bytes, _ = bridge._counts()
         discarded = bridge.discarded
         stats["delivered"] = accepted - bridge.loop_errors - discarded
         stats["dropped"] += dropped + discarded
         stats["queued"] = queued + self._pending.count
         stats["wakeups"] = wakeups
+        stats["queued_bytes"] = queued_bytes
         return stats
 
     @property

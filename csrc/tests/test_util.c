@@ -74,8 +74,34 @@ static int test_thread_masks(void)
     return 0;
 }
 
+static void *read_exiting(void *p)
+{
+    int *seen = p;
+    while (!uc_exiting())
+        sleep_ms(1);
+    *seen = 1;
+    return NULL;
+}
+
+/* The exit flag starts clear, is seen set by another thread once set, and
+ * stays set. */
+static int test_exiting_flag(void)
+{
+    CHECK_EQ(uc_exiting(), 0);
+    int seen = 0;
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, read_exiting, &seen), 0);
+    uc_set_exiting();
+    pthread_join(t, NULL);
+    CHECK_EQ(seen, 1);
+    uc_set_exiting();
+    CHECK_EQ(uc_exiting(), 1);
+    return 0;
+}
+
 static const test_case tests[] = {
     TEST(thread_masks),
+    TEST(exiting_flag),
 };
 
 int main(void)

@@ -30,6 +30,29 @@ def test_the_c_core_does_not_include_python():
     assert offenders == []
 
 
+# A C verbatim block in Cython: `cdef extern from *:` and a string of C.
+VERBATIM_C = re.compile(r'^\s*cdef extern from \*[^:]*:\s*\n\s*("""|\'\'\')(.*?)\1', re.M | re.S)
+# What only code that needs Python.h says: a CPython name.
+USES_THE_C_API = re.compile(r"\bPy[A-Za-z_]+|\bPYGEN_")
+
+
+def test_verbatim_c_in_cython_is_found():
+    text = 'cdef extern from *:\n    """\n    static int f(void) { return 1; }\n    """\n    int f()\n'
+    assert [m.group(2) for m in VERBATIM_C.finditer(text)] == ["\n    static int f(void) { return 1; }\n    "]
+
+
+def test_no_python_free_c_in_cython_strings():
+    # C that does not need Python.h belongs to the C core (csrc/, held to
+    # -Wall -Wextra -Werror, with a C test and the sanitizers); C that does
+    # goes in a named header of upcall/ (_compat.h, _codec_c.h, _aiter_c.h).
+    sources = sorted((ROOT / "upcall").glob("*.p[xy][xid]"))
+    assert any(p.name == "_aiter.pxi" for p in sources)
+    offenders = [f"{p.name}: {m.group(2).strip()[:60]!r}"
+                 for p in sources for m in VERBATIM_C.finditer(p.read_text())
+                 if not USES_THE_C_API.search(m.group(2))]
+    assert offenders == []
+
+
 def test_the_synthetic_source_stays_in_its_own_files():
     for name in ("sub.c", "sub_zmq.c", "bus.h", "pub.c"):
         assert (CSRC / name).is_file(), name
