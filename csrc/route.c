@@ -86,6 +86,7 @@ struct route_member {
     holding *held;            /* its prefixes' entries (in_table: in the table) */
     size_t n_held, cap_held;
     int in_table;             /* under r->mu */
+    int ready;                /* under r->mu: uc_route_member_ready was called */
     atomic_int exit_done;
 };
 
@@ -95,7 +96,9 @@ typedef struct pair {
 
 struct uc_route {
     atomic_int refs;
-    pthread_mutex_t mu;       /* the table, n_members, closed, last_ticket */
+    pthread_mutex_t mu;       /* the table, n_members, closed, last_ticket,
+                                 n_unready */
+    pthread_cond_t cv;        /* a member ready, a topic change queued, closed */
     /* The table: open addressing, linear probing, at most half full. */
     rslot *slots;
     size_t cap_slots, n_entries;
@@ -104,6 +107,7 @@ struct uc_route {
     size_t *lengths;
     size_t n_lengths;
     size_t n_members;
+    size_t n_unready;         /* members in the table not ready yet */
     int closed;
     uc_sub *carrier;
     uint64_t last_ticket;     /* the carrier's last topic change queued */
@@ -325,6 +329,7 @@ void uc_route_release(uc_route *r)
     free(r->touched);
     free(r->pairs);
     free(r->out);
+    pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -337,6 +342,8 @@ uc_route *uc_route_new(int *err)
         return NULL;
     }
     int e = pthread_mutex_init(&r->mu, NULL);
+    if (!e && (e = uc_cond_init_monotonic(&r->cv)) != 0)
+        pthread_mutex_destroy(&r->mu);
     if (e) {
         free(r);
         errno = e;
@@ -400,6 +407,7 @@ void uc_route_close(uc_route *r)
         return;
     pthread_mutex_lock(&r->mu);
     r->closed = 1;
+    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     stop_carrier(r);
 }
@@ -414,8 +422,10 @@ static int carrier_change(uc_route *r, const uc_frame *p, int add)
         return UC_ERR_CLOSED;
     int rc = add ? uc_sub_subscribe(r->carrier, p->data, p->size, &t)
                  : uc_sub_unsubscribe(r->carrier, p->data, p->size, &t);
-    if (rc == UC_OK && t)
+    if (rc == UC_OK && t) {
         r->last_ticket = t;
+        pthread_cond_broadcast(&r->cv); /* a dispatch waiting may make it */
+    }
     return rc;
 }
 
@@ -455,6 +465,16 @@ static void member_remove_locked(route_member *m, size_t i)
     }
 }
 
+/* Under r->mu: m may be handed messages from now on. */
+static void member_set_ready_locked(route_member *m)
+{
+    if (m->ready)
+        return;
+    m->ready = 1;
+    m->r->n_unready--;
+    pthread_cond_broadcast(&m->r->cv);
+}
+
 /* Under r->mu: take m out of the table (every prefix); the last member out
  * closes the router: 1 when the caller is to stop the carrier (unlocked). */
 static int member_leave_locked(route_member *m)
@@ -465,6 +485,7 @@ static int member_leave_locked(route_member *m)
     while (m->n_held)
         member_remove_locked(m, m->n_held - 1);
     m->in_table = 0;
+    member_set_ready_locked(m);   /* a dispatch waits for it no more */
     if (--r->n_members == 0) {
         r->closed = 1;
         return 1;
@@ -646,6 +667,7 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
         uc_sub_retain(s); /* the table's */
         m->in_table = 1;
         r->n_members++;
+        r->n_unready++;           /* until uc_route_member_ready */
         s->last_endpoint = r->carrier->last_endpoint; /* the carrier outlives its members */
         for (size_t i = 0; i < o->n_topics && rc == UC_OK; i++)
             rc = member_add_locked(m, o->topics[i].data ? o->topics[i].data : "", o->topics[i].size);
@@ -666,6 +688,17 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
     }
     *err = UC_OK;
     return s;
+}
+
+void uc_route_member_ready(uc_sub *s)
+{
+    route_member *m = (route_member *)s;
+    if (!uc_route_is_member(s))
+        return;
+    pthread_mutex_lock(&m->r->mu);
+    if (m->in_table)
+        member_set_ready_locked(m);
+    pthread_mutex_unlock(&m->r->mu);
 }
 
 void uc_route_member_exit(uc_sub *s)
@@ -740,6 +773,35 @@ static int visit(uc_route *r, const rentry *e, size_t i)
     return 0;
 }
 
+/* Under r->mu, the batch grouped: wait until every member it touches is
+ * ready (its subscribe() has returned: a target never runs before its
+ * caller holds the subscription, as with a socket of its own, whose thread
+ * waits for the GIL meanwhile), has left, or the carrier stops.  The batch
+ * is held, not dropped: the member gets what matched it since it joined.
+ * The member's caller may be waiting for a topic change of the carrier's,
+ * which only this thread makes: made here meanwhile. */
+static void wait_ready_locked(uc_route *r)
+{
+    for (;;) {
+        int waiting = 0;
+        for (size_t k = 0; k < r->n_touched && !waiting; k++)
+            waiting = !r->touched[k]->ready;
+        if (!waiting || r->closed || uc_sub_stopping(r->carrier))
+            return;
+        uint64_t seen = r->last_ticket;
+        pthread_mutex_unlock(&r->mu);
+        uc_sub_take_topics(r->carrier);
+        pthread_mutex_lock(&r->mu);
+        if (r->last_ticket == seen) {
+            /* Woken by a ready member, a change, a close; a slice bounds a
+             * stop of the carrier, which does not signal cv. */
+            struct timespec slice;
+            uc_deadline_after(&slice, 100);
+            pthread_cond_timedwait(&r->cv, &r->mu, &slice);
+        }
+    }
+}
+
 size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
 {
     pthread_mutex_lock(&r->mu);
@@ -770,6 +832,8 @@ size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
     }
     for (size_t k = 0; k < r->n_touched; k++)
         uc_sub_retain(&r->touched[k]->sub);
+    if (r->n_unready)
+        wait_ready_locked(r);
     pthread_mutex_unlock(&r->mu);
 
     size_t total = r->n_pairs;

@@ -419,6 +419,11 @@ static int zmq_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *
     return change_topic(s, ZMQ_UNSUBSCRIBE, topic, size, ticket);
 }
 
+static void zmq_take_topics(uc_sub *s)
+{
+    take_changes((zmq_source *)s);
+}
+
 static int zmq_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
 {
     zmq_source *z = (zmq_source *)s;
@@ -768,6 +773,7 @@ static const uc_sub_ops zmq_sub_ops = {
     .subscribe = zmq_subscribe,
     .unsubscribe = zmq_unsubscribe,
     .wait_topics = zmq_wait_topics,
+    .take_topics = zmq_take_topics,
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
     .monitor = zmq_monitor,

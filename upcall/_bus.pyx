@@ -785,13 +785,19 @@ A zmq context and every subscription and publisher opened on it.
                 self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}",
                                   ep_list[failed], opts.bind)
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
-        self._subs.add(sub)
-        _auth_register(zap, sub)
-        if routed is not None and routed.ticket:
-            # As a socket of its own subscribes at open: the shared socket
-            # has the prefixes when subscribe() returns.
-            sub._topic_ticket = routed.ticket
-            _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+        try:
+            self._subs.add(sub)
+            _auth_register(zap, sub)
+            if routed is not None and routed.ticket:
+                # As a socket of its own subscribes at open: the shared socket
+                # has the prefixes when subscribe() returns.
+                sub._topic_ticket = routed.ticket
+                _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+        finally:
+            if routed is not None:
+                # Its target may run from now on: not before the caller has
+                # the subscription (the router held what reached it so far).
+                uc_route_member_ready(sub._c)
         return sub
 
     cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,

@@ -25,6 +25,7 @@ cdef extern from "route.h" nogil:
     void uc_route_carrier_ended(uc_route *r)
     uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
                           int *err)
+    void uc_route_member_ready(uc_sub *member)
     void uc_route_member_exit(uc_sub *member)
     int uc_route_member_wait(uc_sub *member, int timeout_ms)
     size_t uc_route_members(uc_route *r)
