@@ -83,7 +83,7 @@ def test_overlap_added_later_delivers_once(added):
         for s in subs:
             s.subscribe(b"a")
             s.subscribe(added)     # a longer or a shorter prefix of what it holds
-        pub.wait_subscriptions(1, timeout=DEADLINE)
+        pub.wait_subscriptions(3, timeout=DEADLINE)   # b"ab", b"a" and the added one
         _flood(pub, 20)
         matched = SENT if added == b"" else MATCHED
         want = _expected(20, matched)
