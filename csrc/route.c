@@ -35,15 +35,31 @@
 typedef struct rentry rentry;
 typedef struct route_member route_member;
 
+/* The link between a prefix and a member holding it, kept on both sides:
+ * each side's record names the other and where its own twin lies there, so
+ * that taking a prefix from a member (or a member from a prefix) is a
+ * constant-time swap with the last record, whatever the number of prefixes
+ * the member holds or members the prefix has. */
+typedef struct holder {
+    route_member *m;
+    size_t at;                /* index of the twin in m->held */
+} holder;
+
+typedef struct holding {
+    rentry *e;
+    size_t at;                /* index of the twin in e->members */
+} holding;
+
 /* One prefix of the table and the members holding it.  One allocation: the
  * prefix's bytes follow it, and a prefix held by one member (the usual
- * case) keeps it inline, so that a match reads one line of it. */
+ * case) keeps it inline, so that a match reads one line of it.  The member
+ * side names the entry instead of keeping a copy of the bytes. */
 struct rentry {
     uint64_t hash;            /* prefix_hash of the bytes */
     size_t size;
-    route_member **members;   /* &one, or an array of its own */
+    holder *members;          /* &one, or an array of its own */
     size_t n_members, cap_members;
-    route_member *one;
+    holder one;
     char data[];
 };
 
@@ -57,15 +73,20 @@ typedef struct rslot {
 struct route_member {
     uc_sub sub;               /* first: a uc_sub * is a route_member * */
     /* The carrier's thread, during a dispatch (first: the one line of the
-     * member's own that grouping and the hand-out read). */
+     * member's own that grouping and the hand-out read).  mark: the dispatch
+     * that last touched it; last_msg: the batch index it was last given in
+     * that dispatch, so that a message matching several of its prefixes
+     * (b"a" and b"ab") is its once, as on a socket of its own. */
     uint64_t mark;
+    size_t last_msg;
     size_t slot, count, offset;
     const uc_msg *part;       /* what the next run hands over */
     size_t part_n;
     uc_route *r;              /* referenced until destroy */
-    uc_frame *prefixes;       /* owned copies, in_table: in the table */
-    size_t n_prefixes, cap_prefixes;
+    holding *held;            /* its prefixes' entries (in_table: in the table) */
+    size_t n_held, cap_held;
     int in_table;             /* under r->mu */
+    int ready;                /* under r->mu: uc_route_member_ready was called */
     atomic_int exit_done;
 };
 
@@ -75,7 +96,9 @@ typedef struct pair {
 
 struct uc_route {
     atomic_int refs;
-    pthread_mutex_t mu;       /* the table, n_members, closed, last_ticket */
+    pthread_mutex_t mu;       /* the table, n_members, closed, last_ticket,
+                                 n_unready */
+    pthread_cond_t cv;        /* a member ready, a topic change queued, closed */
     /* The table: open addressing, linear probing, at most half full. */
     rslot *slots;
     size_t cap_slots, n_entries;
@@ -84,6 +107,7 @@ struct uc_route {
     size_t *lengths;
     size_t n_lengths;
     size_t n_members;
+    size_t n_unready;         /* members in the table not ready yet */
     int closed;
     uc_sub *carrier;
     uint64_t last_ticket;     /* the carrier's last topic change queued */
@@ -196,40 +220,48 @@ static void entry_free(rentry *e)
     free(e);
 }
 
-/* Add m at prefix p: 1 if the prefix is new to the socket, 0 if not, < 0
- * on failure (nothing changed). */
-static int table_add(uc_route *r, const uc_frame *p, route_member *m)
+/* Add m at prefix p, m not holding it yet: 1 if the prefix is new to the
+ * socket, 0 if not, < 0 on failure (nothing changed). */
+static int table_add(uc_route *r, const void *data, size_t size, route_member *m)
 {
-    uint64_t h = prefix_hash(p->data, p->size);
-    rentry *e = table_find(r, h, p->data, p->size);
+    if (m->n_held == m->cap_held) {
+        size_t cap = m->cap_held ? m->cap_held * 2 : 1;
+        holding *hs = realloc(m->held, cap * sizeof *hs);
+        if (!hs)
+            return UC_ERR_NOMEM;
+        m->held = hs;
+        m->cap_held = cap;
+    }
+    uint64_t h = prefix_hash(data, size);
+    rentry *e = table_find(r, h, data, size);
     if (!e) {
-        if (p->size >= r->n_lengths) {
-            size_t *ls = realloc(r->lengths, (p->size + 1) * sizeof *ls);
+        if (size >= r->n_lengths) {
+            size_t *ls = realloc(r->lengths, (size + 1) * sizeof *ls);
             if (!ls)
                 return UC_ERR_NOMEM;
-            memset(ls + r->n_lengths, 0, (p->size + 1 - r->n_lengths) * sizeof *ls);
+            memset(ls + r->n_lengths, 0, (size + 1 - r->n_lengths) * sizeof *ls);
             r->lengths = ls;
-            r->n_lengths = p->size + 1;
+            r->n_lengths = size + 1;
         }
         if ((r->n_entries + 1) * 2 > r->cap_slots && table_grow(r) != UC_OK)
             return UC_ERR_NOMEM;
-        e = malloc(sizeof *e + p->size);
+        e = malloc(sizeof *e + size);
         if (!e)
             return UC_ERR_NOMEM;
         e->hash = h;
-        e->size = p->size;
+        e->size = size;
         e->members = &e->one;
         e->n_members = 0;
         e->cap_members = 1;
-        if (p->size)
-            memcpy(e->data, p->data, p->size);
+        if (size)
+            memcpy(e->data, data, size);
         table_put(r->slots, r->cap_slots, e);
         r->n_entries++;
-        r->lengths[p->size]++;
+        r->lengths[size]++;
     }
     if (e->n_members == e->cap_members) {
         size_t cap = e->cap_members * 2;
-        route_member **ms = malloc(cap * sizeof *ms);
+        holder *ms = malloc(cap * sizeof *ms);
         if (!ms)
             return UC_ERR_NOMEM; /* an entry made just now has room: not here */
         memcpy(ms, e->members, e->n_members * sizeof *ms);
@@ -238,28 +270,37 @@ static int table_add(uc_route *r, const uc_frame *p, route_member *m)
         e->members = ms;
         e->cap_members = cap;
     }
-    e->members[e->n_members++] = m;
+    e->members[e->n_members] = (holder){m, m->n_held};
+    m->held[m->n_held++] = (holding){e, e->n_members++};
     return e->n_members == 1;
 }
 
-/* Remove m from prefix p: 1 if the prefix is gone from the socket, else 0. */
-static int table_remove(uc_route *r, const uc_frame *p, route_member *m)
+/* Take m's i-th prefix from it: 1 if the prefix is gone from the socket
+ * (*gone: its entry, for the caller to unsubscribe then free), else 0. */
+static int table_remove(uc_route *r, route_member *m, size_t i, rentry **gone)
 {
-    rentry *e = table_find(r, prefix_hash(p->data, p->size), p->data, p->size);
-    if (!e)
-        return 0;
-    for (size_t i = 0; i < e->n_members; i++) {
-        if (e->members[i] == m) {
-            e->members[i] = e->members[--e->n_members];
-            if (e->n_members)
-                return 0;
-            table_delete(r, e);
-            r->lengths[e->size]--;
-            entry_free(e);
-            return 1;
-        }
+    rentry *e = m->held[i].e;
+    size_t j = m->held[i].at;
+    /* The last record of each side takes the removed one's place; its twin
+     * on the other side learns where it went (never the removed pair: m
+     * holds e once). */
+    if (j != --e->n_members) {
+        holder last = e->members[e->n_members];
+        e->members[j] = last;
+        last.m->held[last.at].at = j;
     }
-    return 0;
+    if (i != --m->n_held) {
+        holding moved = m->held[m->n_held];
+        m->held[i] = moved;
+        moved.e->members[moved.at].at = i;
+    }
+    *gone = NULL;
+    if (e->n_members)
+        return 0;
+    table_delete(r, e);
+    r->lengths[e->size]--;
+    *gone = e;
+    return 1;
 }
 
 static void table_free(uc_route *r)
@@ -288,6 +329,7 @@ void uc_route_release(uc_route *r)
     free(r->touched);
     free(r->pairs);
     free(r->out);
+    pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -300,6 +342,8 @@ uc_route *uc_route_new(int *err)
         return NULL;
     }
     int e = pthread_mutex_init(&r->mu, NULL);
+    if (!e && (e = uc_cond_init_monotonic(&r->cv)) != 0)
+        pthread_mutex_destroy(&r->mu);
     if (e) {
         free(r);
         errno = e;
@@ -363,6 +407,7 @@ void uc_route_close(uc_route *r)
         return;
     pthread_mutex_lock(&r->mu);
     r->closed = 1;
+    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     stop_carrier(r);
 }
@@ -377,70 +422,57 @@ static int carrier_change(uc_route *r, const uc_frame *p, int add)
         return UC_ERR_CLOSED;
     int rc = add ? uc_sub_subscribe(r->carrier, p->data, p->size, &t)
                  : uc_sub_unsubscribe(r->carrier, p->data, p->size, &t);
-    if (rc == UC_OK && t)
+    if (rc == UC_OK && t) {
         r->last_ticket = t;
+        pthread_cond_broadcast(&r->cv); /* a dispatch waiting may make it */
+    }
     return rc;
 }
 
+/* Under r->mu: where m's record of prefix (data, size) is in m->held, -1
+ * if m does not hold it.  Found through the table (the prefix's entry lists
+ * its few holders), not through m's own list, which would make adding or
+ * removing n prefixes one by one cost n^2. */
 static long member_find(const route_member *m, const void *data, size_t size)
-{
-    for (size_t i = 0; i < m->n_prefixes; i++)
-        if (m->prefixes[i].size == size && (size == 0 || memcmp(m->prefixes[i].data, data, size) == 0))
-            return (long)i;
-    return -1;
-}
-
-/* Under r->mu: whether m holds prefix p, found through the table (the
- * prefix's entry lists its few holders), not through m's own list: a member
- * joining with 100,000 prefixes checked each against all it had so far,
- * quadratic (a routed subscribe of 100,000 topics took 37 s, now 0.15 s). */
-static int member_holds_locked(const route_member *m, const void *data, size_t size)
 {
     const rentry *e = table_find(m->r, prefix_hash(data, size), data, size);
     for (size_t i = 0; e && i < e->n_members; i++)
-        if (e->members[i] == m)
-            return 1;
-    return 0;
+        if (e->members[i].m == m)
+            return (long)e->members[i].at;
+    return -1;
 }
 
 /* Under r->mu, m in the table: add one prefix. */
 static int member_add_locked(route_member *m, const void *data, size_t size)
 {
-    uc_route *r = m->r;
-    if (member_holds_locked(m, data, size))
+    if (member_find(m, data, size) >= 0)
         return UC_OK;
-    if (m->n_prefixes == m->cap_prefixes) {
-        size_t cap = m->cap_prefixes ? m->cap_prefixes * 2 : 1;
-        uc_frame *ps = realloc(m->prefixes, cap * sizeof *ps);
-        if (!ps)
-            return UC_ERR_NOMEM;
-        m->prefixes = ps;
-        m->cap_prefixes = cap;
-    }
-    char *copy = malloc(size ? size : 1);
-    if (!copy)
-        return UC_ERR_NOMEM;
-    if (size)
-        memcpy(copy, data, size);
-    uc_frame f = {copy, size};
-    int fresh = table_add(r, &f, m);
-    if (fresh < 0) {
-        free(copy);
+    int fresh = table_add(m->r, data, size, m);
+    if (fresh <= 0)
         return fresh;
-    }
-    m->prefixes[m->n_prefixes++] = f;
-    return fresh ? carrier_change(r, &f, 1) : UC_OK;
+    uc_frame f = {data, size};
+    return carrier_change(m->r, &f, 1);
 }
 
 /* Under r->mu: remove prefix i of m. */
 static void member_remove_locked(route_member *m, size_t i)
 {
-    uc_route *r = m->r;
-    uc_frame f = m->prefixes[i];
-    if (table_remove(r, &f, m))
-        carrier_change(r, &f, 0); /* fails only once the carrier is closing */
-    m->prefixes[i] = m->prefixes[--m->n_prefixes];
-    free((void *)f.data);
+    rentry *gone;
+    if (table_remove(m->r, m, i, &gone)) {
+        uc_frame f = {gone->data, gone->size};
+        carrier_change(m->r, &f, 0); /* fails only once the carrier is closing */
+        entry_free(gone);
+    }
+}
+
+/* Under r->mu: m may be handed messages from now on. */
+static void member_set_ready_locked(route_member *m)
+{
+    if (m->ready)
+        return;
+    m->ready = 1;
+    m->r->n_unready--;
+    pthread_cond_broadcast(&m->r->cv);
 }
 
 /* Under r->mu: take m out of the table (every prefix); the last member out
@@ -450,9 +482,10 @@ static int member_leave_locked(route_member *m)
     uc_route *r = m->r;
     if (!m->in_table)
         return 0;
-    while (m->n_prefixes)
-        member_remove_locked(m, m->n_prefixes - 1);
+    while (m->n_held)
+        member_remove_locked(m, m->n_held - 1);
     m->in_table = 0;
+    member_set_ready_locked(m);   /* a dispatch waits for it no more */
     if (--r->n_members == 0) {
         r->closed = 1;
         return 1;
@@ -521,9 +554,7 @@ static void member_finalize(uc_sub *s)
 static void member_destroy(uc_sub *s)
 {
     route_member *m = (route_member *)s;
-    for (size_t i = 0; i < m->n_prefixes; i++)
-        free((void *)m->prefixes[i].data);
-    free(m->prefixes);
+    free(m->held); /* its prefixes left the table with it */
     uc_route_release(m->r);
 }
 
@@ -636,6 +667,7 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
         uc_sub_retain(s); /* the table's */
         m->in_table = 1;
         r->n_members++;
+        r->n_unready++;           /* until uc_route_member_ready */
         s->last_endpoint = r->carrier->last_endpoint; /* the carrier outlives its members */
         for (size_t i = 0; i < o->n_topics && rc == UC_OK; i++)
             rc = member_add_locked(m, o->topics[i].data ? o->topics[i].data : "", o->topics[i].size);
@@ -656,6 +688,17 @@ uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *
     }
     *err = UC_OK;
     return s;
+}
+
+void uc_route_member_ready(uc_sub *s)
+{
+    route_member *m = (route_member *)s;
+    if (!uc_route_is_member(s))
+        return;
+    pthread_mutex_lock(&m->r->mu);
+    if (m->in_table)
+        member_set_ready_locked(m);
+    pthread_mutex_unlock(&m->r->mu);
 }
 
 void uc_route_member_exit(uc_sub *s)
@@ -712,19 +755,51 @@ static int visit(uc_route *r, const rentry *e, size_t i)
         grow((void **)&r->touched, &r->cap_touched, r->n_touched + e->n_members, sizeof *r->touched))
         return -1;
     for (size_t k = 0; k < e->n_members; k++) {
-        route_member *m = e->members[k];
+        route_member *m = e->members[k].m;
         if (m->mark != r->epoch) {
             m->mark = r->epoch;
             m->count = 0;
             m->slot = r->n_touched;
             r->touched[r->n_touched++] = m;
+        } else if (m->last_msg == i) {
+            continue; /* matched by another of its prefixes: once */
         }
+        m->last_msg = i;
         m->count++;
         r->pairs[r->n_pairs].slot = m->slot;
         r->pairs[r->n_pairs].msg = i;
         r->n_pairs++;
     }
     return 0;
+}
+
+/* Under r->mu, the batch grouped: wait until every member it touches is
+ * ready (its subscribe() has returned: a target never runs before its
+ * caller holds the subscription, as with a socket of its own, whose thread
+ * waits for the GIL meanwhile), has left, or the carrier stops.  The batch
+ * is held, not dropped: the member gets what matched it since it joined.
+ * The member's caller may be waiting for a topic change of the carrier's,
+ * which only this thread makes: made here meanwhile. */
+static void wait_ready_locked(uc_route *r)
+{
+    for (;;) {
+        int waiting = 0;
+        for (size_t k = 0; k < r->n_touched && !waiting; k++)
+            waiting = !r->touched[k]->ready;
+        if (!waiting || r->closed || uc_sub_stopping(r->carrier))
+            return;
+        uint64_t seen = r->last_ticket;
+        pthread_mutex_unlock(&r->mu);
+        uc_sub_take_topics(r->carrier);
+        pthread_mutex_lock(&r->mu);
+        if (r->last_ticket == seen) {
+            /* Woken by a ready member, a change, a close; a slice bounds a
+             * stop of the carrier, which does not signal cv. */
+            struct timespec slice;
+            uc_deadline_after(&slice, 100);
+            pthread_cond_timedwait(&r->cv, &r->mu, &slice);
+        }
+    }
 }
 
 size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
@@ -757,6 +832,8 @@ size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
     }
     for (size_t k = 0; k < r->n_touched; k++)
         uc_sub_retain(&r->touched[k]->sub);
+    if (r->n_unready)
+        wait_ready_locked(r);
     pthread_mutex_unlock(&r->mu);
 
     size_t total = r->n_pairs;
@@ -828,7 +905,7 @@ void uc_route_carrier_ended(uc_route *r)
     for (size_t i = 0; i < r->cap_slots; i++) {
         const rentry *e = r->slots[i].e;
         for (size_t k = 0; e && k < e->n_members; k++) {
-            route_member *m = e->members[k];
+            route_member *m = e->members[k].m;
             if (m->mark == (uint64_t)-1)
                 continue; /* a member with several prefixes: once */
             if (grow((void **)&all, &cap, n + 1, sizeof *all) == 0) {

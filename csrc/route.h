@@ -69,8 +69,17 @@ void uc_route_carrier_ended(uc_route *r);
  * start is ignored: it is delivered on the carrier's thread).  *ticket: the
  * carrier's topic change to wait for (uc_sub_wait_topics on the member)
  * before the publisher can know of its prefixes, 0 if none.  NULL with
- * *err set: UC_ERR_CLOSED when the router takes no member any more. */
+ * *err set: UC_ERR_CLOSED when the router takes no member any more.
+ * The member is in the table at once (what matches it from now on is its),
+ * but nothing is handed to it until uc_route_member_ready: a batch that
+ * reaches it waits on the carrier's thread (the carrier's topic changes
+ * still made), so the caller must call that, whatever happens, on every
+ * member it joined (or close it). */
 uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket, int *err);
+
+/* The member's opener holds what it needs (the subscription handle its
+ * target may use): deliver to it from now on.  Any thread; once. */
+void uc_route_member_ready(uc_sub *member);
 
 /* Call the member's on_exit if it has ended and nobody has yet. */
 void uc_route_member_exit(uc_sub *member);

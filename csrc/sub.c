@@ -611,6 +611,12 @@ int uc_sub_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
     return s->ops->wait_topics(s, ticket, timeout_ms);
 }
 
+void uc_sub_take_topics(uc_sub *s)
+{
+    if (s->ops->take_topics)
+        s->ops->take_topics(s);
+}
+
 const char *uc_sub_endpoint(const uc_sub *s, size_t i)
 {
     if (!s)

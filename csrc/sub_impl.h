@@ -51,6 +51,9 @@ typedef struct uc_sub_ops {
     int (*subscribe)(uc_sub *s, const void *topic, size_t size, uint64_t *ticket);
     int (*unsubscribe)(uc_sub *s, const void *topic, size_t size, uint64_t *ticket);
     int (*wait_topics)(uc_sub *s, uint64_t ticket, int timeout_ms);
+    /* uc_sub_take_topics: make the queued topic changes now, on the loop's
+     * own thread from inside deliver.  NULL: nothing to make. */
+    void (*take_topics)(uc_sub *s);
     /* uc_sub_endpoint (bus.h): a source with several endpoints.  NULL: its
      * one endpoint is last_endpoint. */
     const char *(*endpoint)(const uc_sub *s, size_t i);
@@ -150,6 +153,13 @@ void uc_sub_unref(uc_sub *s);
  * the lock.  The caller holds a reference.  UC_ERR_CLOSED: stopped or
  * finished, nothing run. */
 int uc_sub_poll_shared(uc_sub *s, size_t *delivered);
+
+/* On the loop's own thread, inside deliver: make the topic changes queued
+ * so far (uc_sub_subscribe from other threads) now rather than before the
+ * next batch.  For a deliver that waits for another thread, which may be
+ * waiting for those changes (a router holding a batch for a member whose
+ * subscribe() has not returned, route.c). */
+void uc_sub_take_topics(uc_sub *s);
 
 /* For the source's run: has a stop been requested? */
 static inline int uc_sub_stopping(uc_sub *s)

@@ -81,6 +81,8 @@ typedef struct zmq_source {
     /* Topic changes, under sub.mu (tickets count them from 1). */
     topic_change *changes;       /* queued, oldest first */
     topic_change **changes_end;  /* where the next one is linked */
+    topic_change *held;          /* subscribes held while no peer is connected,
+                                    newest first (see hold_change) */
     uint64_t queued, made;       /* changes queued / made so far */
     atomic_int pending;          /* changes wait: the loop reads it without mu */
 } zmq_source;
@@ -341,27 +343,82 @@ static void free_changes(topic_change *c)
     }
 }
 
+/* libzmq queues every prefix change towards each peer of a connecting SUB
+ * socket, one that is down included, until that peer reads it: a
+ * subscribe/unsubscribe churn while the publisher is down would grow that
+ * queue without bound (the next connection replaces it by the current set,
+ * too late for the memory).  So while no peer is connected, a subscribe is
+ * held here instead, and an unsubscribe of a held subscribe cancels it: what
+ * libzmq queues meanwhile is at most one unsubscribe per prefix held when
+ * the last peer went, bounded by the prefixes held.  The held subscribes
+ * are made as soon as a peer is connected (the loop reads the connection
+ * events), which is when they could first matter: nothing arrives while no
+ * peer is connected.  ZMQ_IMMEDIATE would keep no queue towards a peer that
+ * is down, but it also discards what was received and not yet read when a
+ * connection drops. */
+static int no_peer(zmq_source *z)
+{
+    return !z->bound && atomic_load_explicit(&z->mon.peers, memory_order_relaxed) == 0;
+}
+
+/* Under sub.mu, no peer connected: hold c (or cancel it against a held
+ * subscribe): 1 if c was taken, 0 if it is to be made now. */
+static int hold_change(zmq_source *z, topic_change *c)
+{
+    if (c->option == ZMQ_SUBSCRIBE) {
+        c->next = z->held;
+        z->held = c;
+        return 1;
+    }
+    for (topic_change **p = &z->held; *p; p = &(*p)->next) {
+        topic_change *h = *p;
+        if (h->size == c->size && memcmp(h->topic, c->topic, c->size) == 0) {
+            *p = h->next;
+            free(h);
+            free(c);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Make one change on the socket; 0, or -1 once the bus is closing (ETERM,
+ * the one failure left for a SUB socket: the loop ends). */
+static int make_one(zmq_source *z, topic_change *c)
+{
+    int rc = zmq_setsockopt(z->sock, c->option, c->topic, c->size);
+    free(c);
+    if (rc == 0)
+        return 0;
+    free_changes(z->changes);
+    z->changes = NULL;
+    free_changes(z->held);
+    z->held = NULL;
+    uc_sub_end_loop(&z->sub);
+    return -1;
+}
+
 /* Make the queued changes on the socket, in order.  Under sub.mu, by the
  * socket's owner. */
 static void make_changes(zmq_source *z)
 {
     topic_change *c;
-    while ((c = z->changes) != NULL) {
+    int down = no_peer(z), failed = 0;
+    while (!down && !failed && (c = z->held) != NULL) {
+        z->held = c->next;
+        failed = make_one(z, c);
+    }
+    while (!failed && (c = z->changes) != NULL) {
         z->changes = c->next;
-        int rc = zmq_setsockopt(z->sock, c->option, c->topic, c->size);
-        free(c);
-        if (rc != 0) {
-            /* ETERM, the one failure left for a SUB socket: the bus is
-             * closing, the loop ends, and no later change can be made. */
-            free_changes(z->changes);
-            z->changes = NULL;
-            uc_sub_end_loop(&z->sub);
-            break;
-        }
-        z->made++;
+        if (!(down && hold_change(z, c)))
+            failed = make_one(z, c);
+        if (!failed)
+            z->made++;
     }
     z->changes_end = &z->changes;
-    atomic_store_explicit(&z->pending, 0, memory_order_relaxed);
+    /* Held subscribes keep the loop asking at each turn (a connection
+     * event wakes it). */
+    atomic_store_explicit(&z->pending, z->held != NULL, memory_order_relaxed);
     pthread_cond_broadcast(&z->sub.cv);
 }
 
@@ -417,6 +474,11 @@ static int zmq_subscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ti
 static int zmq_unsubscribe(uc_sub *s, const void *topic, size_t size, uint64_t *ticket)
 {
     return change_topic(s, ZMQ_UNSUBSCRIBE, topic, size, ticket);
+}
+
+static void zmq_take_topics(uc_sub *s)
+{
+    take_changes((zmq_source *)s);
 }
 
 static int zmq_wait_topics(uc_sub *s, uint64_t ticket, int timeout_ms)
@@ -601,6 +663,7 @@ static void zmq_destroy(uc_sub *s)
     free(z->resolved);
     free(z->bs);
     free_changes(z->changes); /* queued for a loop that ended first */
+    free_changes(z->held);
 }
 
 /* ---- open ------------------------------------------------------------- */
@@ -768,6 +831,7 @@ static const uc_sub_ops zmq_sub_ops = {
     .subscribe = zmq_subscribe,
     .unsubscribe = zmq_unsubscribe,
     .wait_topics = zmq_wait_topics,
+    .take_topics = zmq_take_topics,
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
     .monitor = zmq_monitor,

@@ -385,6 +385,15 @@ cdef int _check_self(object obj, str method) except -1:
     return 0
 
 
+# What a subscription costs of a bus's max_sockets, for the errors that
+# refuse a socket.
+_SOCKET_COST = (
+    "Each subscription with a socket of its own (bind=True, kind='pull', "
+    "shared=False, its own thread_factory, delivery='caller', ...) uses three: "
+    "its socket and the two of its connection monitor; subscriptions that share "
+    "one (kind='sub' connects, the default) use none of their own.")
+
+
 @cython.final
 cdef class Bus:
     """Bus(io_threads=1, thread_factory=None, max_sockets=None)
@@ -510,13 +519,14 @@ A zmq context and every subscription and publisher opened on it.
                 f"{what}: too many sockets: this bus has max_sockets="
                 f"{uc_bus_max_sockets(self._c)}, one of which is kept free so that closing the "
                 "bus never runs out (a socket closed while its inproc connect still waits for a "
-                "bind keeps its slot); close some, or make the bus with Bus(max_sockets=...)"))
+                f"bind keeps its slot); {_SOCKET_COST} Close some, or make the bus with "
+                "Bus(max_sockets=...)"))
         if err == EMFILE and rc == UC_ERR_ZMQ:
             raise ZMQError(EMFILE, (
                 f"{what}: too many open sockets or files: libzmq refused a socket (this bus has "
                 f"max_sockets={uc_bus_max_sockets(self._c)}; sockets closed a moment ago or "
                 "still lingering keep their slot meanwhile) or the process ran out of file "
-                "descriptors"))
+                f"descriptors. {_SOCKET_COST}"))
         errno = err
         _check_rc(rc, what, -1, _endpoint_detail(endpoint, err, bind))
 
@@ -662,7 +672,6 @@ A zmq context and every subscription and publisher opened on it.
         cdef _RoutedSource routed = None
         if (source is None and gil_mode == GIL_ADOPT and opts.shared and kind == "sub"
                 and not opts.bind and delivery == "thread" and opts.thread_factory is None
-                and (self._factory is None or self._factory is native_threads)
                 # What a shared socket cannot give one subscription alone: its
                 # own peers' identities, its own admission rules, its own events.
                 and not opts.with_sender and opts.allow is None and not opts.authenticate
@@ -793,13 +802,19 @@ A zmq context and every subscription and publisher opened on it.
                 self._open_failed(err, open_errno, f"subscribe(): endpoint[{failed}] {ep_list[failed]!r}",
                                   ep_list[failed], opts.bind)
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
-        self._subs.add(sub)
-        _auth_register(zap, sub)
-        if routed is not None and routed.ticket:
-            # As a socket of its own subscribes at open: the shared socket
-            # has the prefixes when subscribe() returns.
-            sub._topic_ticket = routed.ticket
-            _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+        try:
+            self._subs.add(sub)
+            _auth_register(zap, sub)
+            if routed is not None and routed.ticket:
+                # As a socket of its own subscribes at open: the shared socket
+                # has the prefixes when subscribe() returns.
+                sub._topic_ticket = routed.ticket
+                _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+        finally:
+            if routed is not None:
+                # Its target may run from now on: not before the caller has
+                # the subscription (the router held what reached it so far).
+                uc_route_member_ready(sub._c)
         return sub
 
     cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,
@@ -811,7 +826,7 @@ A zmq context and every subscription and publisher opened on it.
                tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
         cdef _Router router = self._routers.get(key)
         if router is None or router.closed:
-            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts)
+            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts, self._factory)
             if router is None:
                 return None
             self._routers[key] = router

@@ -1,8 +1,9 @@
 # Routed subscriptions: many subscribe() calls on one socket (csrc/route.h).
 #
 # bus.subscribe() joins a router, one per (endpoints, socket options), when
-# the subscription is a kind="sub" connect delivered on the core's own
-# threads (no thread_factory of its own, none on the bus) and shared=True
+# the subscription is a kind="sub" connect delivered on a thread (no
+# thread_factory of its own: the router's thread is the bus's, made by the
+# bus's factory if it has one) and shared=True
 # (the default): one SUB socket, one connection, one receive loop and one
 # thread for any number of per-topic targets, as NATS, zenoh and LBM users
 # expect of a subscription (an entry in a table, not a socket).  The loop
@@ -25,6 +26,7 @@ cdef extern from "route.h" nogil:
     void uc_route_carrier_ended(uc_route *r)
     uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
                           int *err)
+    void uc_route_member_ready(uc_sub *member)
     void uc_route_member_exit(uc_sub *member)
     int uc_route_member_wait(uc_sub *member, int timeout_ms)
     size_t uc_route_members(uc_route *r)
@@ -51,7 +53,8 @@ cdef int _route_deliver(void *ctx, const uc_msg *batch, size_t n,
         # Once per loop, for every subscription of the router: their
         # trampolines then take the GIL with this thread's own state.
         rs.gstate = PyGILState_Ensure()
-        _name_python_thread(rs.native_name)
+        if rs.native_name[0]:     # a thread of the core's (a factory's keeps its name)
+            _name_python_thread(rs.native_name)
         PyEval_SaveThread()
         rs.adopted = 1
     consumed[0] = n
@@ -110,6 +113,8 @@ cdef class _Router:
     per key until its last subscription leaves."""
     cdef uc_route *_r
     cdef readonly str thread_name
+    cdef object _factory          # the bus's thread factory (None: the core's own thread)
+    cdef object _start_error      # what the factory raised, for the subscribe() that opened it
     cdef int _fork_generation
     cdef Decoder _decoder         # the built-in decoder its subscriptions share
     # Its subscriptions' connection events: the shared socket's, none of
@@ -161,10 +166,12 @@ cdef class _RoutedSource(_Source):
 
 
 cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
-                          object curve, object sockopts):
-    """A new router with its carrier open on ``ep_list`` (connect, kind sub);
-    None if it cannot be opened (the subscription then opens a socket of its
-    own, which reports the error as any subscribe() does)."""
+                          object curve, object sockopts, object factory):
+    """A new router with its carrier open on ``ep_list`` (connect, kind sub),
+    its thread made by ``factory`` (the bus's: None or native_threads for the
+    core's own); None if it cannot be opened (the subscription then opens a
+    socket of its own, which reports the error as any subscribe() does).
+    What the factory raised is raised here."""
     cdef uc_sub_opts o
     cdef int err = 0
     cdef int rc
@@ -187,9 +194,11 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
         raise MemoryError()
     memset(rs, 0, sizeof(route_state))
     rs.r = router._r
-    name_b = name.encode()
-    strncpy(rs.native_name, <const char *>name_b, 15)
-    rs.native_name[15] = 0
+    native = factory is None or factory is native_threads
+    if native:
+        name_b = name.encode()
+        strncpy(rs.native_name, <const char *>name_b, 15)
+        rs.native_name[15] = 0
     memset(&o, 0, sizeof(o))
     o.kind = UC_SUB
     o.failed_endpoint = &failed
@@ -201,8 +210,14 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     o.deliver = _route_deliver
     o.on_exit = _route_exit
     o.ctx = rs
-    o.start = _start_native
-    o.start_ctx = <void *>rs.native_name
+    if native:
+        o.start = _start_native
+        o.start_ctx = <void *>rs.native_name
+    else:
+        router._factory = factory
+        o.start = _start_python
+        o.start_ctx = <void *>router
+        _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
     opt_array = _sockopt_array(sockopts)
     o.sockopts = opt_array
     o.n_sockopts = len(sockopts)
@@ -220,5 +235,8 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     free(opt_array)
     if rc != UC_OK:
         free(rs)                 # the loop never ran: on_exit is not owed
+        if router._start_error is not None:
+            error, router._start_error = router._start_error, None
+            raise error
         return None
     return router

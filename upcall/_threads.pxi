@@ -92,7 +92,7 @@ cdef class _Run:
     cdef void (*_entry)(void *) noexcept nogil
     cdef void *_arg
     cdef readonly str name
-    cdef Subscription _sub
+    cdef object _owner           # the Subscription or _Router, until run()
     cdef long _factory_thread   # the subscribing thread, while the factory runs
     cdef bint _refused          # the factory tried to run the loop synchronously
 
@@ -109,10 +109,10 @@ cdef class _Run:
                 "thread; it must arrange for run() to be called on another thread")
         entry, arg = self._entry, self._arg
         self._entry = NULL
-        sub, self._sub = self._sub, None
-        if sub is not None and sub._thread_name is None:
-            sub._thread_name = threading.current_thread().name
-        sub = None
+        owner, self._owner = self._owner, None
+        if isinstance(owner, Subscription) and (<Subscription>owner)._thread_name is None:
+            (<Subscription>owner)._thread_name = threading.current_thread().name
+        owner = None
         with nogil:
             entry(arg)
 
@@ -122,26 +122,37 @@ cdef class _Run:
 
 cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
                        void *arg) noexcept with gil:
-    # factory_ctx: the Subscription, whose _factory is the Python callable.
-    cdef Subscription sub = <Subscription>factory_ctx
+    # factory_ctx: the Subscription, or the _Router of a shared socket, whose
+    # loop it starts; its _factory is the Python callable.
+    owner = <object>factory_ctx
     cdef _Run run = _Run.__new__(_Run, _MADE_HERE)
     run._entry = entry
     run._arg = arg
-    run.name = sub._run_name
-    run._sub = sub
+    run._owner = owner
     run._factory_thread = threading.get_ident()
+    if isinstance(owner, _Router):
+        run.name = (<_Router>owner).thread_name
+        factory = (<_Router>owner)._factory
+    else:
+        run.name = (<Subscription>owner)._run_name
+        factory = (<Subscription>owner)._factory
+    error = None
     try:
-        sub._factory(run)
+        factory(run)
     except BaseException as exc:
-        sub._start_error = exc
-        return -1
+        error = exc
     finally:
         run._factory_thread = 0
-    if run._refused:       # the factory ran it here and swallowed our error
-        sub._start_error = RuntimeError(
+    if error is None and run._refused:   # the factory ran it here and swallowed our error
+        error = RuntimeError(
             f"{run.name}: the thread factory called run() on the subscribing thread")
-        return -1
-    return 0
+    if error is None:
+        return 0
+    if isinstance(owner, _Router):
+        (<_Router>owner)._start_error = error
+    else:
+        (<Subscription>owner)._start_error = error
+    return -1
 
 
 # What Python calls the core's own threads.  threading knows a thread it did

@@ -222,3 +222,28 @@ def test_the_version_is_written_once():
     literal = [p.name for p in (ROOT / "upcall").glob("*.py")
                if re.search(r"^__version__\s*=\s*['\"]", p.read_text(), re.M)]
     assert literal == []
+
+
+# Sources tested through another source's C test: what covers them.
+COVERED_BY = {
+    "codec.c": "test_compress.c",
+    "codec_lz4.c": "test_compress.c",
+    "codec_zstd.c": "test_compress.c",
+    "held.c": "test_oob.c",
+    "relq.c": "test_oob.c",
+    "pub_coalesce.c": "test_coalesce.c",
+    "pub_send.c": "test_pub.c",
+    "pub_watch.c": "test_bus.c",
+    "thread.c": "test_sub.c",
+}
+
+
+def test_every_c_source_has_a_c_test_that_meson_runs():
+    meson = (CSRC / "tests" / "meson.build").read_text()
+    listed = set(re.findall(r"'(test_\w+)'", meson))
+    for src in sorted(CSRC.glob("*.c")):
+        test = COVERED_BY.get(src.name, f"test_{src.stem}.c")
+        assert (CSRC / "tests" / test).is_file(), f"{src.name} has no C test ({test})"
+        assert test[:-2] in listed, f"{test} is not built and run by csrc/tests/meson.build"
+    for name, test in COVERED_BY.items():
+        assert (CSRC / name).is_file(), f"COVERED_BY names {name}, which is gone"
