@@ -542,10 +542,10 @@ def test_arguments_are_checked(endpoints):
         for bad in ("gzip", "LZ4", "lz4\0", "", "zst\u00e9"):
             with pytest.raises(ValueError, match=r"compression must be None or a codec name "
                                                  r"\('lz4' or 'zstd'\), not "):
-                bus.publisher(endpoints("inproc"), compression=bad)
+                bus.publisher(endpoints("inproc"), compression=bad, bind=True)
         with pytest.raises(TypeError, match=r"compression must be None or a codec name "
                                             r"\('lz4' or 'zstd'\), not int"):
-            bus.publisher(endpoints("inproc"), compression=1)
+            bus.publisher(endpoints("inproc"), compression=1, bind=True)
         with pytest.raises(TypeError, match="copy must be True or False, not str"):
             bus.subscribe(endpoints("inproc"), print, copy="yes")
     # This build has both libraries (make deps installs them).

@@ -350,8 +350,8 @@ def test_a_claim_the_frame_cannot_reach_allocates_nothing(zctx, endpoints, conte
 def test_arguments_name_the_option(endpoints):
     with upcall.Bus() as bus:
         with pytest.raises(ValueError, match=r"compression must be None or a codec name"):
-            bus.publisher(endpoints("inproc"), compression="zstandard")
-        pub = bus.publisher(endpoints("inproc"), compression="zstd")
+            bus.publisher(endpoints("inproc"), compression="zstandard", bind=True)
+        pub = bus.publisher(endpoints("inproc"), compression="zstd", bind=True)
         pub.close()
     assert "zstd" in upcall.COMPRESSION
 
