@@ -110,8 +110,10 @@ cdef class _Run:
         entry, arg = self._entry, self._arg
         self._entry = NULL
         sub, self._sub = self._sub, None
-        if sub is not None and sub._thread_name is None:
-            sub._thread_name = threading.current_thread().name
+        if sub is not None:
+            sub._loop_started = True
+            if sub._thread_name is None:
+                sub._thread_name = threading.current_thread().name
         sub = None
         with nogil:
             entry(arg)
@@ -182,3 +184,57 @@ cdef void _forget_python_thread() noexcept with gil:
                 del active[ident]
     except BaseException as exc:
         _write_unraisable(exc, None)
+
+
+# The start watch: a Python thread factory that never calls run() (a
+# Thread made but not started, a pool whose workers are all held by other
+# subscriptions) would leave its subscription silent for ever.  One thread,
+# made when a watch is due and gone when none is, looks at each such
+# subscription LOOP_START_WARNING seconds after subscribe().
+
+#: Seconds a Python thread factory may take to start a subscription's loop
+#: (call run() on a thread) before a WARNING on the "upcall" logger and
+#: ``sub.stats["loop_start_late"]`` say so, once per subscription.  None:
+#: never.
+LOOP_START_WARNING = 5.0
+
+_start_watch_cv = threading.Condition(threading.Lock())
+_start_watch_due = []          # heap of (when, n, weakref to the Subscription, delay)
+_start_watch_n = itertools.count()
+_start_watch_thread = None
+
+
+cdef void _watch_loop_start(Subscription sub) except *:
+    """After a Python factory accepted run(): look again later."""
+    global _start_watch_thread
+    delay = LOOP_START_WARNING
+    if delay is None or sub._loop_started:
+        return
+    delay = float(delay)
+    with _start_watch_cv:
+        heapq.heappush(_start_watch_due, (time.monotonic() + delay, next(_start_watch_n),
+                                          weakref.ref(sub), delay))
+        if _start_watch_thread is None:
+            _start_watch_thread = threading.Thread(target=_start_watch_main, daemon=True,
+                                                   name="upcall-start-watch")
+            _start_watch_thread.start()
+        _start_watch_cv.notify()
+
+
+def _start_watch_main():
+    global _start_watch_thread
+    while True:
+        with _start_watch_cv:
+            while True:
+                if not _start_watch_due:
+                    _start_watch_thread = None
+                    return
+                left = _start_watch_due[0][0] - time.monotonic()
+                if left <= 0:
+                    _, _, ref, delay = heapq.heappop(_start_watch_due)
+                    break
+                _start_watch_cv.wait(left)
+        sub = ref()
+        if sub is not None:
+            (<Subscription>sub)._check_loop_started(delay)
+        sub = None
