@@ -251,17 +251,21 @@ cdef class Subscription:
         many (received counts those).  Connection events (upcall.EVENT_STATS,
         docs/events.md): connected, connect_retried, accepted, disconnected,
         handshakes, handshake_failed_protocol, handshake_failed_auth,
-        handshake_failed_no_detail; they count no message.  loop_start_late:
-        1 once a Python thread factory had not started the delivery loop
+        handshake_failed_no_detail; they count no message.  loop_start_late
+        (only with a Python ``thread_factory``, the one kind that can start
+        late): 1 once it had not started the delivery loop
         LOOP_START_WARNING seconds after subscribe() (docs/threads.md)."""
         cdef uc_stats s
         self._check_process()
         uc_sub_stats(self._c, &s)
-        return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
-                "batches": s.batches, "decode_errors": s.decode_errors,
-                "callback_errors": s.callback_errors, "dropped": s.dropped,
-                "zmq_received": s.zmq_received, "loop_start_late": int(self._start_late),
-                **self._event_counts()}
+        stats = {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
+                 "batches": s.batches, "decode_errors": s.decode_errors,
+                 "callback_errors": s.callback_errors, "dropped": s.dropped,
+                 "zmq_received": s.zmq_received}
+        if self._factory is not None:
+            stats["loop_start_late"] = int(self._start_late)
+        stats.update(self._event_counts())
+        return stats
 
     cdef void _check_loop_started(self, double waited) noexcept:
         """The start watch (_threads.pxi), ``waited`` seconds after
