@@ -186,11 +186,66 @@ cdef void _forget_python_thread() noexcept with gil:
         _write_unraisable(exc, None)
 
 
+# Calls made later on a thread of their own (_later): the start watch below
+# and send_async's warning (upcall/aio.py), which must not put a timer on the
+# event loop (its wait is readiness only).  One thread, made when a call is
+# due and gone when none is; a call runs once, unless cancelled before.
+
+_later_cv = threading.Condition(threading.Lock())
+_later_due = []          # heap of [when, n, fn, args]; fn None: cancelled
+_later_n = itertools.count()
+_later_thread = None
+
+
+def _later(delay, fn, *args):
+    """Call fn(*args) on the later-thread ``delay`` seconds from now; returns
+    a handle for _cancel_later."""
+    global _later_thread
+    entry = [time.monotonic() + float(delay), next(_later_n), fn, args]
+    with _later_cv:
+        heapq.heappush(_later_due, entry)
+        if _later_thread is None:
+            _later_thread = threading.Thread(target=_later_main, daemon=True,
+                                             name="upcall-later")
+            _later_thread.start()
+        _later_cv.notify()
+    return entry
+
+
+def _cancel_later(entry):
+    """The call will not be made (nor its arguments kept)."""
+    with _later_cv:
+        entry[2] = entry[3] = None
+
+
+def _later_main():
+    global _later_thread
+    while True:
+        with _later_cv:
+            while True:
+                if not _later_due:
+                    _later_thread = None
+                    return
+                left = _later_due[0][0] - time.monotonic()
+                if left <= 0:
+                    entry = heapq.heappop(_later_due)
+                    fn, args = entry[2], entry[3]
+                    entry[2] = entry[3] = None
+                    break
+                _later_cv.wait(left)
+        if fn is not None:
+            try:
+                fn(*args)
+            except BaseException as exc:
+                _write_unraisable(exc, fn)
+        fn = args = entry = None
+
+
 # The start watch: a Python thread factory that never calls run() (a
 # Thread made but not started, a pool whose workers are all held by other
-# subscriptions) would leave its subscription silent for ever.  One thread,
-# made when a watch is due and gone when none is, looks at each such
-# subscription LOOP_START_WARNING seconds after subscribe().
+# subscriptions) would leave its subscription silent for ever: each such
+# subscription is looked at again LOOP_START_WARNING seconds after
+# subscribe(), on the later-thread.
 
 #: Seconds a Python thread factory may take to start a subscription's loop
 #: (call run() on a thread) before a WARNING on the "upcall" logger and
@@ -198,43 +253,16 @@ cdef void _forget_python_thread() noexcept with gil:
 #: never.
 LOOP_START_WARNING = 5.0
 
-_start_watch_cv = threading.Condition(threading.Lock())
-_start_watch_due = []          # heap of (when, n, weakref to the Subscription, delay)
-_start_watch_n = itertools.count()
-_start_watch_thread = None
-
 
 cdef void _watch_loop_start(Subscription sub) except *:
     """After a Python factory accepted run(): look again later."""
-    global _start_watch_thread
     delay = LOOP_START_WARNING
     if delay is None or sub._loop_started:
         return
-    delay = float(delay)
-    with _start_watch_cv:
-        heapq.heappush(_start_watch_due, (time.monotonic() + delay, next(_start_watch_n),
-                                          weakref.ref(sub), delay))
-        if _start_watch_thread is None:
-            _start_watch_thread = threading.Thread(target=_start_watch_main, daemon=True,
-                                                   name="upcall-start-watch")
-            _start_watch_thread.start()
-        _start_watch_cv.notify()
+    _later(float(delay), _check_loop_start, weakref.ref(sub), float(delay))
 
 
-def _start_watch_main():
-    global _start_watch_thread
-    while True:
-        with _start_watch_cv:
-            while True:
-                if not _start_watch_due:
-                    _start_watch_thread = None
-                    return
-                left = _start_watch_due[0][0] - time.monotonic()
-                if left <= 0:
-                    _, _, ref, delay = heapq.heappop(_start_watch_due)
-                    break
-                _start_watch_cv.wait(left)
-        sub = ref()
-        if sub is not None:
-            (<Subscription>sub)._check_loop_started(delay)
-        sub = None
+def _check_loop_start(ref, delay):
+    sub = ref()
+    if sub is not None:
+        (<Subscription>sub)._check_loop_started(delay)

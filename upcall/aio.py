@@ -68,7 +68,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
-                         _anext_message, _AsyncTarget, _nothing, _Pending, _take_armed)
+                         _anext_message, _AsyncTarget, _cancel_later, _later, _nothing,
+                         _Pending, _take_armed)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
@@ -369,7 +370,8 @@ class AsyncSubscription:
 #: Seconds a send_async may wait before a WARNING on the "upcall" logger says
 #: why (no peer connected, or a full queue): a send with no timeout to a
 #: publisher that nothing ever connects to would otherwise wait in silence.
-#: Said once per publisher; None: never.
+#: Said once per publisher, from a thread of upcall's (no timer on the event
+#: loop: its wait is readiness only); None: never.
 SEND_WAIT_WARNING: float | None = 5.0
 
 _log = logging.getLogger("upcall")
@@ -446,8 +448,9 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
         if timeout is not None:
             timer = loop.call_later(timeout, expire)
         warn_after = SEND_WAIT_WARNING
-        if warn_after is not None and (timeout is None or timeout > warn_after):
-            warning = loop.call_later(warn_after, _warn_waiting, pub, warn_after)
+        if warn_after is not None and (timeout is None or timeout > warn_after) \
+                and pub not in _warned_waits:
+            warning = _later(warn_after, _warn_waiting, pub, warn_after)
         while True:
             waiter = loop.create_future()
             # Watched before this try: room made after it wakes the waiter.
@@ -463,7 +466,7 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
         if timer is not None:
             timer.cancel()
         if warning is not None:
-            warning.cancel()
+            _cancel_later(warning)
         if zfd >= 0:
             loop.remove_reader(zfd)
             loop.remove_reader(efd)

@@ -67,7 +67,7 @@ def test_a_factory_that_starts_the_loop_is_not_said(endpoints, monkeypatch, capl
         pub.send(b"t", 1)
         col.wait(1)
         # Past the watch's time: it has looked and found the loop running.
-        wait_for(lambda: upcall._bus._start_watch_thread is None, what="the watch done")
+        wait_for(lambda: upcall._bus._later_thread is None, what="the watch done")
         assert sub.stats["loop_start_late"] == 0
         assert late_warnings(caplog) == []
         sub.close()
