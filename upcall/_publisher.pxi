@@ -675,7 +675,7 @@ cdef class Publisher:
         subscriber with the default ``topics`` holds one), one that went away
         holds none: after a peer's connection ends (a ``disconnected``
         event), the count is compared only once that peer's unsubscriptions
-        have had 50 ms to reach the socket, and never while no connection
+        have had 200 ms to reach the socket, and never while no connection
         is up, so a subscriber that left is not counted for the one that
         takes its place (a subscriber whose close has not reached the
         publisher yet still is).  ``timeout`` in seconds (None: no limit, 0: look once);

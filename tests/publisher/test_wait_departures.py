@@ -32,6 +32,7 @@ def test_close_then_subscribe_again_gets_the_first_message(endpoints, transport)
             pub.send(b"", trial)
             col.wait(1)
             second.close()
+            wait_for(lambda: pub.peers == 0, what="the departure seen by the publisher")
             assert col.items == [trial], f"trial {trial}"
 
 
