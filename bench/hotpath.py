@@ -115,7 +115,7 @@ def _routed(bus, s, n):
     n -= n % s
     sent, ended = threading.Event(), threading.Event()
     ep = "inproc://hotpath-route"
-    pub = bus.publisher(ep, sndhwm=0)
+    pub = bus.publisher(ep, sndhwm=0, bind=True)
     # The gate holds the router's thread until the flood is queued; the end
     # message comes after the flood, on the same thread (in order), so when
     # it arrives every message before it has been delivered.

@@ -233,6 +233,12 @@ typedef struct uc_event {
      * (protocol, auth) or errno (no detail). */
     uint32_t value;
     const char *endpoint;             /* the endpoint the event is about */
+    /* Connect retried: 1 when a connection was attempted and failed (the
+     * peer refused it, or it timed out), 0 when none could be started
+     * (a tcp host name that does not resolve, an ipc path with no socket);
+     * libzmq tells them apart only by a ZMQ_EVENT_CONNECT_DELAYED before
+     * the retry.  0 for any other event. */
+    int attempted;
 } uc_event;
 
 /* Called on the thread that reads the socket's monitor (a subscription's
@@ -548,6 +554,12 @@ void uc_pub_close(uc_pub *pub);
 
 /* The endpoint as resolved at open (see uc_sub_last_endpoint). */
 const char *uc_pub_last_endpoint(const uc_pub *pub);
+
+/* Subscription messages (subscribe, unsubscribe, anything an XSUB peer
+ * sends) read from a UC_PUB publisher's socket so far: they are read as
+ * they arrive, on the monitor thread (pub.c), so that no peer can make
+ * libzmq queue them without bound.  Any thread. */
+uint64_t uc_pub_subscription_messages(const uc_pub *pub);
 
 /* Connection events so far (counts[UC_EV_COUNT], by uc_event_kind) and the
  * connections up now (transport connections: connected or accepted, not

@@ -29,6 +29,7 @@
 
 #define UC_MON_EVENTS                                                                   \
     (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_ACCEPTED               \
+     | ZMQ_EVENT_CONNECT_DELAYED                                                        \
      | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED                           \
      | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH            \
      | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
@@ -40,6 +41,7 @@ void uc_mon_start(uc_mon *m, void *zctx, void *sock, const char *const *endpoint
 {
     char addr[64];
     memset(m, 0, sizeof *m);
+    m->side_fd = -1;
     atomic_init(&m->peers, -1);
     m->fn = fn;
     m->ctx = ctx;
@@ -119,9 +121,21 @@ int uc_mon_read(uc_mon *m)
         endpoint[len] = '\0';
         zmq_msg_close(&where);
         zmq_msg_close(&head);
+        /* A connect started and waiting for its answer: not an event of
+         * ours, but what tells a refused connection (one was attempted)
+         * from one that could not start, at the retry. */
+        if (event == ZMQ_EVENT_CONNECT_DELAYED) {
+            m->attempting = 1;
+            continue;
+        }
         uc_event_kind kind;
         if (!kind_of(event, &kind))
             continue;
+        int attempted = 0;
+        if (kind == UC_EV_CONNECT_RETRIED || kind == UC_EV_CONNECTED) {
+            attempted = kind == UC_EV_CONNECT_RETRIED && m->attempting;
+            m->attempting = 0;
+        }
         n++;
         atomic_fetch_add_explicit(&m->counts[kind], 1, memory_order_relaxed);
         if (kind == UC_EV_CONNECTED || kind == UC_EV_ACCEPTED)
@@ -129,7 +143,8 @@ int uc_mon_read(uc_mon *m)
         else if (kind == UC_EV_DISCONNECTED)
             atomic_fetch_sub_explicit(&m->peers, 1, memory_order_relaxed);
         if (m->fn) {
-            uc_event ev = {.kind = kind, .value = value, .endpoint = endpoint};
+            uc_event ev = {.kind = kind, .value = value, .endpoint = endpoint,
+                           .attempted = attempted};
             m->fn(m->ctx, &ev);
         }
     }
@@ -163,49 +178,104 @@ static struct {
     uc_mon *reading;       /* the monitor being read (its callback runs) */
 } mt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, -1, 0, 0, NULL, 0, 0, 0, NULL};
 
+/* What the monitor thread polls: a monitor's reading end, or its side fd. */
+typedef struct mon_item {
+    uc_mon *m;
+    int side;
+} mon_item;
+
+/* Call a monitor's side_fn unless it is gone; on the monitor thread, with
+ * mt.reading naming it (so that uc_mon_unwatch waits for the call). */
+static void call_side(uc_mon *m)
+{
+    int r = m->side_fn(m->side_ctx);
+    m->side_busy = r == UC_MON_SIDE_BUSY;
+    if (r == UC_MON_SIDE_GONE)
+        m->side_dead = 1;
+}
+
+/* Still listed?  (mt.mu held.) */
+static int listed_locked(uc_mon *m, uint64_t polled_generation)
+{
+    if (mt.seen == mt.generation && polled_generation == mt.generation)
+        return 1;
+    for (uc_mon *x = mt.list; x; x = x->next)
+        if (x == m)
+            return 1;
+    return 0;
+}
+
 static void *monitor_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "upcall-monitor");
     zmq_pollitem_t *items = NULL;
-    uc_mon **mons = NULL;
+    mon_item *owners = NULL;
     size_t cap = 0, n = 0;
+    int64_t next_side_ns = uc_mono_ns() + (int64_t)UC_MON_SIDE_EVERY_MS * 1000000;
     for (;;) {
+        int any_side = 0, any_busy = 0;
         pthread_mutex_lock(&mt.mu);
-        if (mt.seen != mt.generation || !items || !mons) {
-            if (mt.n + 1 > cap) {
-                size_t c = (mt.n + 1) * 2;
+        if (mt.seen != mt.generation || !items || !owners) {
+            if (2 * mt.n + 1 > cap) {
+                size_t c = (2 * mt.n + 1) * 2;
                 zmq_pollitem_t *i2 = realloc(items, c * sizeof *i2);
                 if (i2)
                     items = i2;
-                uc_mon **m2 = realloc(mons, c * sizeof *m2);
-                if (m2)
-                    mons = m2;
-                if (i2 && m2)
+                mon_item *o2 = realloc(owners, c * sizeof *o2);
+                if (o2)
+                    owners = o2;
+                if (i2 && o2)
                     cap = c;
             }
             n = 0;
-            if (!items || !mons) {
+            if (!items || !owners) {
                 pthread_mutex_unlock(&mt.mu);
                 usleep(10000);
                 continue;
             }
             items[0] = (zmq_pollitem_t){.socket = NULL, .fd = mt.efd, .events = ZMQ_POLLIN};
-            for (uc_mon *m = mt.list; m && n + 1 < cap; m = m->next) {
-                if (m->dead)
-                    continue;
-                mons[n] = m;
-                items[++n] = (zmq_pollitem_t){.socket = m->pair, .events = ZMQ_POLLIN};
+            for (uc_mon *m = mt.list; m && n + 2 < cap; m = m->next) {
+                if (m->pair && !m->dead) {
+                    owners[n] = (mon_item){m, 0};
+                    items[++n] = (zmq_pollitem_t){.socket = m->pair, .events = ZMQ_POLLIN};
+                }
+                if (m->side_fd >= 0 && !m->side_dead) {
+                    owners[n] = (mon_item){m, 1};
+                    items[++n] = (zmq_pollitem_t){.socket = NULL, .fd = m->side_fd,
+                                                  .events = ZMQ_POLLIN};
+                }
             }
             mt.seen = mt.generation;
             pthread_cond_broadcast(&mt.cv);
         }
+        uint64_t polled = mt.seen;
         pthread_mutex_unlock(&mt.mu);
-        if (!items || !mons) {   /* out of memory: try again soon */
+        if (!items || !owners) {   /* out of memory: try again soon */
             usleep(10000);
             continue;
         }
-        int rc = zmq_poll(items, (int)n + 1, -1);
+        /* A busy side fd is left out (it stays readable until its owner
+         * reads it) and retried after a pause. */
+        for (size_t i = 0; i < n; i++) {
+            if (!owners[i].side)
+                continue;
+            any_side = 1;
+            if (owners[i].m->side_busy) {
+                any_busy = 1;
+                items[i + 1].events = 0;
+            } else {
+                items[i + 1].events = ZMQ_POLLIN;
+            }
+        }
+        long wait_ms = -1;
+        if (any_side) {
+            int64_t left = next_side_ns - uc_mono_ns();
+            wait_ms = left <= 0 ? 0 : (long)((left + 999999) / 1000000);
+            if (any_busy && wait_ms > UC_MON_SIDE_RETRY_MS)
+                wait_ms = UC_MON_SIDE_RETRY_MS;
+        }
+        int rc = zmq_poll(items, (int)n + 1, wait_ms);
         if (rc < 0) {
             if (errno == EINTR)
                 continue;
@@ -215,9 +285,11 @@ static void *monitor_main(void *arg)
             int found = 0;
             pthread_mutex_lock(&mt.mu);
             for (size_t i = 0; i < n; i++) {
+                if (owners[i].side)
+                    continue;
                 zmq_pollitem_t one = items[i + 1];
                 if (zmq_poll(&one, 1, 0) < 0 && errno == ETERM) {
-                    mons[i]->dead = 1;
+                    owners[i].m->dead = 1;
                     found = 1;
                 }
             }
@@ -230,24 +302,33 @@ static void *monitor_main(void *arg)
         }
         if (items[0].revents & ZMQ_POLLIN)
             uc_efd_drain(mt.efd);
+        int64_t now = uc_mono_ns();
+        int every = any_side && now >= next_side_ns;
+        if (every)
+            next_side_ns = now + (int64_t)UC_MON_SIDE_EVERY_MS * 1000000;
         for (size_t i = 0; i < n; i++) {
-            if (!(items[i + 1].revents & ZMQ_POLLIN))
+            uc_mon *m = owners[i].m;
+            int due = (items[i + 1].revents & ZMQ_POLLIN)
+                      || (owners[i].side && (every || m->side_busy));
+            if (!due)
                 continue;
             pthread_mutex_lock(&mt.mu);
-            int listed = mt.seen == mt.generation;
-            if (!listed) {
-                for (uc_mon *m = mt.list; m; m = m->next)
-                    if (m == mons[i])
-                        listed = 1;
-            }
+            int listed = listed_locked(m, polled);
             if (listed)
-                mt.reading = mons[i];
+                mt.reading = m;
             pthread_mutex_unlock(&mt.mu);
             if (!listed)
                 continue;
-            uc_mon_read(mons[i]);
+            if (owners[i].side) {
+                if (!m->side_dead)
+                    call_side(m);
+            } else {
+                uc_mon_read(m);
+            }
             pthread_mutex_lock(&mt.mu);
             mt.reading = NULL;
+            if (owners[i].side && m->side_dead)
+                mt.generation++;   /* polled no more */
             pthread_cond_broadcast(&mt.cv);
             pthread_mutex_unlock(&mt.mu);
         }
@@ -281,7 +362,7 @@ static void register_atfork(void)
 int uc_mon_watch(uc_mon *m)
 {
     int rc = UC_OK;
-    if (!m->pair)
+    if (!m->pair && m->side_fd < 0)
         return UC_OK;
     pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&mt.mu);

@@ -10,8 +10,13 @@
  * away unsubscribes each of its prefixes: subscribe minus unsubscribe is then
  * the number of subscriptions the peers hold now.  (Without it XPUB reports
  * only a prefix's first subscriber and last unsubscriber.)  Unread, those
- * messages would pile up inside libzmq for as long as peers come and go, so
- * every DRAIN_EVERY sends reads them too.
+ * messages would pile up inside libzmq (XPUB queues each one, without a
+ * limit) for as long as a peer sends them, so they are read as they arrive:
+ * the process-wide monitor thread polls the socket's ZMQ_FD beside its
+ * monitor and reads them when it fires and every UC_MON_SIDE_EVERY_MS
+ * (monitor.h; a sender may take ZMQ_FD's edge), and every DRAIN_EVERY
+ * sends read them too.  What a peer can make a publisher hold is then what
+ * it sends within that interval (docs/security.md).
  *
  * The files of a publisher, one part each, over the struct they share
  * (pub_impl.h): pub.c the socket and its life cycle (open, the subscription
@@ -38,6 +43,30 @@
  * processes the socket's commands on any call), so the wait never relies on
  * it alone. */
 enum { SUBS_RECHECK_MS = 50 };
+
+/* How long after a departure (a DISCONNECTED event) the count is not
+ * trusted: the departed peer's unsubscriptions reach the socket only after
+ * a few command round trips between it and libzmq's I/O thread, which the
+ * monitor thread drives as they come (microseconds on an idle machine;
+ * the margin is for a loaded one, where a thread may wait its turn). */
+enum { DEPARTURE_SETTLE_MS = 200 };
+
+/* monitor.h's side_fn, on the monitor thread: read the subscription
+ * messages queued now, unless a sender holds the socket (then soon). */
+static int drain_from_monitor_thread(void *ctx)
+{
+    uc_pub *p = ctx;
+    if (atomic_load_explicit(&p->closing, memory_order_relaxed) || uc_bus_closing(p->bus))
+        return UC_MON_SIDE_GONE;
+    if (pthread_mutex_trylock(&p->mu) != 0)
+        return UC_MON_SIDE_BUSY;
+    int rc = UC_ERR_CLOSED;
+    if (!atomic_load_explicit(&p->closing, memory_order_relaxed) && !uc_bus_closing(p->bus))
+        rc = uc_pub_drain_subscriptions(p);
+    pthread_mutex_unlock(&p->mu);
+    uc_pub_wake_watchers(p);   /* reading may have processed the socket's commands */
+    return rc == UC_OK ? UC_MON_SIDE_DONE : UC_MON_SIDE_GONE;
+}
 
 uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
 {
@@ -98,6 +127,11 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
                              o->on_event, o->event_ctx), 1)
             && !uc_sock_attach(p->sock, o->endpoint, o->bind, p->last_endpoint))
             code = uc_bus_sock_attached(bus, &p->bs, p->last_endpoint, o->bind);
+        if (code == UC_OK && o->kind == UC_PUB) {
+            p->mon.side_fd = p->zfd;
+            p->mon.side_fn = drain_from_monitor_thread;
+            p->mon.side_ctx = p;
+        }
         /* Last, once nothing can fail after it: taking the monitor back
          * waits for the monitor thread, which may wait for the GIL that our
          * caller may hold (events queued meanwhile are read then). */
@@ -147,6 +181,8 @@ int uc_pub_drain_subscriptions(uc_pub *p)
                 rc = UC_ERR_ZMQ;
             break;
         }
+        if (!continuation)
+            atomic_fetch_add_explicit(&p->subscription_messages, 1, memory_order_relaxed);
         if (!continuation && zmq_msg_size(&m) >= 1) {
             unsigned char first = *(const unsigned char *)zmq_msg_data(&m);
             if (first == 1 && p->subscriptions < INT_MAX)
@@ -195,6 +231,12 @@ int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
         uc_deadline_after(&deadline, timeout_ms);
     for (;;) {
         int rc;
+        /* Read before the drain: a departure counted now has its
+         * unsubscriptions on their way to the socket. */
+        uint64_t departed = atomic_load_explicit(&p->mon.counts[UC_EV_DISCONNECTED],
+                                                 memory_order_relaxed);
+        int peers = atomic_load_explicit(&p->mon.peers, memory_order_relaxed);
+        int64_t now = uc_mono_ns();
         pthread_mutex_lock(&p->mu);
         if (uc_bus_closing(p->bus)) {
             errno = ETERM;
@@ -204,6 +246,11 @@ int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
         } else {
             rc = uc_pub_drain_subscriptions(p);
         }
+        if (departed != p->departures_seen) {
+            p->departures_seen = departed;
+            p->settled_at_ns = now + (int64_t)DEPARTURE_SETTLE_MS * 1000000;
+        }
+        int64_t settling_ns = p->settled_at_ns - now;
         int have = p->subscriptions, e = errno;
         pthread_mutex_unlock(&p->mu);
         uc_pub_wake_watchers(p);   /* reading may have processed the socket's commands */
@@ -213,13 +260,19 @@ int uc_pub_wait_subscriptions(uc_pub *p, int n, int timeout_ms, int *count)
             errno = e;
             return rc;
         }
-        if (have >= n)
+        /* Subscriptions counted while no connection is up (a monitored
+         * socket) or while a departure's unsubscriptions may still be on
+         * their way are not ones a message sent now reaches. */
+        int trusted = n == 0 || (settling_ns <= 0 && peers != 0);
+        if (have >= n && trusted)
             return UC_OK;
         long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
         if (wait == 0)
             return UC_ERR_AGAIN;
         if (wait < 0 || wait > SUBS_RECHECK_MS)
             wait = SUBS_RECHECK_MS;
+        if (settling_ns > 0 && wait > settling_ns / 1000000 + 1)
+            wait = (long)(settling_ns / 1000000 + 1);
         /* Without the mutex: senders go on while we wait.  Polling the fds
          * touches no zmq socket state. */
         struct pollfd fds[3] = {
@@ -320,6 +373,11 @@ void uc_pub_events(const uc_pub *p, uint64_t *counts, int *peers)
             counts[i] = p ? atomic_load_explicit(&p->mon.counts[i], memory_order_relaxed) : 0;
     if (peers)
         *peers = p ? atomic_load_explicit(&p->mon.peers, memory_order_relaxed) : 0;
+}
+
+uint64_t uc_pub_subscription_messages(const uc_pub *p)
+{
+    return p ? atomic_load_explicit(&p->subscription_messages, memory_order_relaxed) : 0;
 }
 
 const char *uc_pub_last_endpoint(const uc_pub *p)

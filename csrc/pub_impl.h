@@ -30,6 +30,9 @@ struct uc_pub {
     int zfd;            /* ZMQ_FD, polled without the mutex by a readiness wait */
     int subscriptions;  /* XPUB: subscribe minus unsubscribe messages read (mutex) */
     unsigned sends_since_drain; /* (mutex) */
+    uint64_t departures_seen;   /* DISCONNECTED events the last wait saw (mutex) */
+    int64_t settled_at_ns;      /* the count is trusted from then on (mutex) */
+    _Atomic uint64_t subscription_messages; /* read from the XPUB so far (any thread reads) */
     char last_endpoint[UC_ENDPOINT_MAX];
     uc_mon mon;         /* connection events, read by the monitor thread (monitor.c) */
     /* Coalescing: all under the mutex. */

@@ -36,7 +36,7 @@ async def service(bus, ready):
     notional = collections.Counter()
     volume = collections.Counter()
     # sndhwm=0: the client must see every symbol's last update
-    with bus.publisher(VWAP, sndhwm=0) as out:
+    with bus.publisher(VWAP, sndhwm=0, bind=True) as out:
         async with bus.subscribe_async(TRADES, kind="pull", bind=True,
                                        queue_size=1000) as trades:
             ready.set()

@@ -60,7 +60,7 @@ def run_pub(args, bus):
 
     pub = bus.publisher(args.endpoint, kind=args.kind, bind=not args.connect,
                         sndhwm=args.sndhwm, **curve_kwargs(args, "server"))
-    plain = bus.publisher(args.plain, kind="pub") if args.plain else None
+    plain = bus.publisher(args.plain, kind="pub", bind=True) if args.plain else None
     say("ready", pub.last_endpoint, plain.last_endpoint if plain else "")
     state = {"sent": 0}
     stop = threading.Event()

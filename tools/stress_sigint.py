@@ -82,7 +82,7 @@ def flood(pub):
         pass    # the publisher was closed at exit
 
 bus = upcall.Bus()
-pub = bus.publisher(EP, kind="push")
+pub = bus.publisher(EP, kind="push", bind=True)
 sub = bus.subscribe(EP, target, kind="pull", **kw)
 threading.Thread(target=flood, args=(pub,), daemon=True).start()
 if mode == "caller":

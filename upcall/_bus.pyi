@@ -353,6 +353,11 @@ LOG_INTERVAL: float
 # Seconds that closing each bus at interpreter exit waits for running targets
 # and for unsent messages (the publishers' linger is cut to it).
 EXIT_TIMEOUT: float
+# Seconds a Python thread factory may take to start a subscription's loop
+# before a warning and stats["loop_start_late"] say so (None: never).
+LOOP_START_WARNING: float | None
+# Events a publisher's on_event thread may have queued; past it, counted only.
+EVENT_QUEUE_SIZE: int
 
 # Private: for the benchmark and the tests, not API.
 
@@ -414,6 +419,8 @@ class _AsyncBatches:
 def _anext_message(pending: _Pending, owner: Any) -> _Next: ...
 def _unpark_batch(batch: list[Any]) -> None: ...
 def _take_armed(pending: _Pending, owner: Any, whole: bool) -> Any: ...
+def _later(delay: float, fn: Callable[..., object], *args: object) -> list[Any]: ...
+def _cancel_later(entry: list[Any]) -> None: ...
 
 _nothing: object
 

@@ -48,6 +48,8 @@ from upcall.handler cimport Handler
 from upcall.native cimport NativeHandler
 
 import atexit
+import collections
+import heapq
 import inspect
 import itertools
 import logging
@@ -805,6 +807,11 @@ A zmq context and every subscription and publisher opened on it.
         try:
             self._subs.add(sub)
             _auth_register(zap, sub)
+            if routed is None and sub._events is not None:
+                # Named as bound (a tcp port * or 0 resolved), as its logs say it.
+                sub._events.label = f"subscription {', '.join(sub.last_endpoints)}"
+            if sub._factory is not None:
+                _watch_loop_start(sub)
             if routed is not None and routed.ticket:
                 # As a socket of its own subscribes at open: the shared socket
                 # has the prefixes when subscribe() returns.
@@ -838,7 +845,9 @@ A zmq context and every subscription and publisher opened on it.
     def publisher(self, endpoint, *, options=None, **kwargs):
         """Open a PUB (``kind="pub"``) or PUSH (``kind="push"``) socket.
 
-        ``bind``: bind (default) or connect.  ``sndhwm``: zmq send high-water
+        ``bind``: False (default) connects to ``endpoint``, as :meth:`subscribe`
+        does and as pyzmq and NATS users expect (nothing binds unless asked);
+        True binds it (the usual PUB side of a bus: ``bind=True``).  ``sndhwm``: zmq send high-water
         mark (0: no limit).  ``linger``: seconds (pyzmq's ZMQ_LINGER is in
         milliseconds: ``linger=2.0`` is two seconds) that unsent messages may keep
         the socket open at close (None or math.inf: until they are sent).  ``curve_server``, ``curve_serverkey``,
@@ -933,7 +942,7 @@ A zmq context and every subscription and publisher opened on it.
         o.n_sockopts = len(sockopts)
         # The monitor thread may call it until uc_pub_close: a reference of
         # its own, dropped after that (Publisher._drop_events).
-        sink = _EventSink(f"publisher {endpoint}", opts.on_event)
+        sink = _EventSink(f"publisher {endpoint}", opts.on_event, True)
         Py_INCREF(sink)
         pub._events = <PyObject *>sink
         o.on_event = _on_conn_event

@@ -9,7 +9,9 @@
 # connections do not change costs nothing on its receive path.
 #
 # Logging, on the "upcall.events" logger (its level tunes them apart from
-# errors): handshake refusals (protocol, auth) at WARNING; a handshake that
+# errors): handshake refusals (protocol, auth) at WARNING; the first failed
+# connect since the socket opened or last connected at WARNING, with why
+# (ConnectionEvent.cause); a handshake that
 # failed with no detail (the peer hung up during it: a health check's bare
 # TCP connect, a port scan, a process exiting) at INFO; the rest at DEBUG.
 # Each level rate-limited as errors are (at most LOG_BURST records per
@@ -39,10 +41,12 @@ class ConnectionEvent:
     as handed to ``on_event``.
 
     ``kind``: "connected", "connect_retried", "accepted", "disconnected",
-    "handshake_succeeded" or "handshake_failed"; ``cause`` (a failed
-    handshake only, else None): "protocol" (the peer broke the protocol: a
-    plain peer at a CURVE socket, a wrong server key), "auth" (the ZAP
-    handler refused it) or "no_detail"; ``endpoint``: the endpoint it is
+    "handshake_succeeded" or "handshake_failed"; ``cause``: for a failed
+    handshake "protocol" (the peer broke the protocol: a plain peer at a
+    CURVE socket, a wrong server key), "auth" (the ZAP handler refused it)
+    or "no_detail"; for connect_retried "unresolved" (a tcp host name that
+    does not resolve) or "refused" (a connection was attempted and failed,
+    or an ipc path has no socket); else None; ``endpoint``: the endpoint it is
     about (as bound or connected); ``value``: libzmq's number for it (the
     retry interval in ms for connect_retried, the ZMQ_PROTOCOL_ERROR_*
     code for a failed handshake, an errno for no_detail, else the fd)."""
@@ -64,22 +68,119 @@ class ConnectionEvent:
     __hash__ = None
 
 
+#: Events a publisher's on_event thread may have queued; past this, new
+#: events are counted (stats) but not handed to on_event, and a warning says
+#: how many were left out.  A peer can make events (connect, disconnect)
+#: faster than a slow on_event takes them: this bounds what it can queue.
+EVENT_QUEUE_SIZE = 1024
+
+_event_threads = itertools.count(1)
+
+
 @cython.final
 cdef class _EventSink:
-    """A socket's receiver of events: its on_event and its log limits."""
+    """A socket's receiver of events: its on_event and its log limits.
+
+    A subscription's events come on its own loop's thread, which calls
+    on_event directly.  A publisher's come on the one monitor thread that
+    every publisher of the process shares (csrc/monitor.c): there on_event
+    is handed to a thread of this publisher's own (``threaded``), so that a
+    slow or blocking on_event holds up only its own publisher's later
+    on_event calls, never another publisher's events, counts or logs."""
     cdef str label                # "subscription tcp://..." / "publisher ..."
     cdef object on_event
     cdef _RateLimit warn_log      # handshake refusals
     cdef _RateLimit info_log      # handshakes that failed with no detail
     cdef _RateLimit debug_log     # the rest
     cdef long calling             # the thread running on_event now (0: none)
+    cdef bint retry_said          # a failing connect was logged (until the next connected)
+    cdef bint threaded            # on_event runs on a thread of its own
+    cdef object queue             # (threaded) events for it, at most EVENT_QUEUE_SIZE
+    cdef object cond              # (threaded) guards queue, stopping, thread
+    cdef object thread
+    cdef bint stopping
+    cdef uint64_t left_out        # (threaded) events not queued: the queue was full
 
-    def __cinit__(self, str label, object on_event):
+    def __cinit__(self, str label, object on_event, bint threaded=False):
         self.label = label
         self.on_event = on_event
         self.warn_log = _RateLimit(logging.WARNING)
         self.info_log = _RateLimit(logging.INFO)
         self.debug_log = _RateLimit(logging.DEBUG)
+        self.threaded = threaded and on_event is not None
+        if self.threaded:
+            self.queue = collections.deque()
+            self.cond = threading.Condition(threading.Lock())
+
+    cdef void said_retry(self, str endpoint, str cause, uint32_t interval_ms) noexcept:
+        """The first failed connect since the socket opened or last
+        connected: at WARNING (rate-limited), with the reason."""
+        try:
+            if _event_log.isEnabledFor(logging.WARNING) and self.warn_log.admit(self.label):
+                _event_log.warning("%s: connecting to %s failed: %s; libzmq retries every %d ms "
+                                   "(said once until it connects)", self.label, endpoint,
+                                   _retry_text(endpoint, cause), interval_ms,
+                                   extra={"endpoint": endpoint, "event": "connect_retried",
+                                          "cause": cause})
+        except BaseException as exc:
+            _event_exception(exc, self.label)
+
+    cdef void hand_over(self, object event) noexcept:
+        """Queue an event for the on_event thread (started on first use)."""
+        try:
+            with self.cond:
+                if self.stopping:
+                    return
+                if len(self.queue) >= int(EVENT_QUEUE_SIZE):
+                    self.left_out += 1
+                    if self.left_out == 1:
+                        _event_log.warning("%s: on_event does not keep up: events past %d "
+                                           "queued are not handed to it (still counted)",
+                                           self.label, len(self.queue))
+                    return
+                self.queue.append(event)
+                if self.thread is None:
+                    self.thread = threading.Thread(
+                        target=self._deliver, daemon=True,
+                        name=f"upcall-events-{next(_event_threads)}")
+                    self.thread.start()
+                self.cond.notify()
+        except BaseException as exc:
+            _event_exception(exc, self.label)
+
+    def _deliver(self):
+        """The on_event thread: every queued event, in order, until finish()."""
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                event = self.queue.popleft()
+            self.calling = threading.get_ident()
+            try:
+                self.on_event(event)
+            except BaseException as exc:
+                _event_exception(exc, self.on_event)
+            finally:
+                self.calling = 0
+            event = None
+
+    cdef void finish(self) noexcept:
+        """After the socket's close (no event comes any more): the on_event
+        thread calls on_event for what is queued, then ends; waited for,
+        unless this is that thread."""
+        if not self.threaded:
+            return
+        try:
+            with self.cond:
+                self.stopping = True
+                self.cond.notify()
+                thread = self.thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+        except BaseException as exc:
+            _event_exception(exc, self.label)
 
     cdef void handle(self, const uc_event *ev) noexcept:
         cdef int k = <int>ev.kind
@@ -87,10 +188,17 @@ cdef class _EventSink:
             return
         _, kind, cause = _EVENT_NAMES[k]
         endpoint = (<bytes>ev.endpoint).decode("utf-8", "replace")
+        if kind == "connect_retried":
+            cause = _retry_cause(endpoint, ev.attempted)
+            if not self.retry_said:
+                self.retry_said = True
+                self.said_retry(endpoint, cause, ev.value)
+        elif kind == "connected":
+            self.retry_said = False
         cdef _RateLimit lim = self.debug_log
         if cause == "no_detail":
             lim = self.info_log
-        elif cause is not None:
+        elif cause is not None and kind == "handshake_failed":
             lim = self.warn_log
         try:
             if _event_log.isEnabledFor(lim.level) and lim.admit(self.label):
@@ -106,6 +214,9 @@ cdef class _EventSink:
         except BaseException as exc:
             _event_exception(exc, self.label)
         if self.on_event is None:
+            return
+        if self.threaded:
+            self.hand_over(ConnectionEvent(kind, endpoint, cause, ev.value))
             return
         self.calling = threading.get_ident()
         try:
@@ -126,6 +237,26 @@ cdef void _event_exception(BaseException exc, object where) noexcept:
         PyErr_SetInterrupt()
     else:
         _write_unraisable(exc, where)
+
+
+cdef str _retry_cause(str endpoint, int attempted):
+    """A connect_retried's cause: "unresolved" when no tcp connection could
+    be started (libzmq starts one as soon as the name resolves), else
+    "refused" (one was attempted and failed, or an ipc path has no socket)."""
+    if not attempted and endpoint.startswith("tcp://"):
+        return "unresolved"
+    return "refused"
+
+
+def _retry_text(endpoint, cause):
+    """Why a connect failed, for a person: ConnectionEvent.cause in words."""
+    if cause == "unresolved":
+        host = endpoint[len("tcp://"):].rpartition(":")[0]
+        host = host.rpartition(";")[2].strip("[]")    # tcp://source;host:port
+        return f"cannot resolve host {host!r}"
+    if endpoint.startswith("ipc://"):
+        return "no socket listens at that path (or it refused the connection)"
+    return "connection refused (nothing listens at that port, or a firewall rejects it)"
 
 
 _CAUSE_TEXT = {

@@ -188,7 +188,8 @@ _SUBSCRIBE_OPTIONS = (
 
 _PUBLISHER_OPTIONS = (
     _Option("kind", "pub", _one_of("kind", ("pub", "push")), 0, "socket kind: pub or push"),
-    _Option("bind", True, _truth, 0, "bind (default) or connect"),
+    _Option("bind", False, _truth, 0,
+            "bind instead of connect (as subscribe(): nothing binds unless asked)"),
     _Option("sndhwm", None, _int_or_none("sndhwm", 0, 2 ** 31 - 1, "0: no limit"), 0,
             "zmq send high-water mark (0: no limit)"),
     _Option("linger", 2.0, _seconds_or_none("linger"), 0,

@@ -216,6 +216,7 @@ cdef class Publisher:
         cdef PyObject *sink = self._events
         self._events = NULL
         if sink != NULL:
+            (<_EventSink>sink).finish()
             Py_DECREF(<object>sink)
 
     @property
@@ -223,10 +224,14 @@ cdef class Publisher:
         """Connection events so far (upcall.EVENT_STATS, docs/events.md):
         connected, connect_retried, accepted, disconnected, handshakes,
         handshake_failed_protocol, handshake_failed_auth,
-        handshake_failed_no_detail."""
+        handshake_failed_no_detail; and ``subscription_messages``, the
+        subscribe and unsubscribe messages read from a ``kind="pub"``
+        publisher's peers (read as they arrive: docs/security.md)."""
         cdef uint64_t counts[UC_EV_COUNT]
         uc_pub_events(self._c, counts, NULL)
-        return _event_stats(counts)
+        stats = _event_stats(counts)
+        stats["subscription_messages"] = uc_pub_subscription_messages(self._c)
+        return stats
 
     @property
     def peers(self):
@@ -668,7 +673,12 @@ cdef class Publisher:
         the connection.  A message sent after this returns reaches every
         subscription counted.  A SUB subscribed to k prefixes holds k (a
         subscriber with the default ``topics`` holds one), one that went away
-        holds none.  ``timeout`` in seconds (None: no limit, 0: look once);
+        holds none: after a peer's connection ends (a ``disconnected``
+        event), the count is compared only once that peer's unsubscriptions
+        have had 200 ms to reach the socket, and never while no connection
+        is up, so a subscriber that left is not counted for the one that
+        takes its place (a subscriber whose close has not reached the
+        publisher yet still is).  ``timeout`` in seconds (None: no limit, 0: look once);
         TimeoutError when it passes.  Lets Ctrl-C in, and other threads send
         meanwhile.  ``wait_subscriptions(0, timeout=0)`` just counts.  A
         ``kind="push"`` publisher raises ValueError: its sends wait for a

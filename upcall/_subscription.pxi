@@ -183,6 +183,8 @@ cdef class Subscription:
     cdef object _end_hook         # set_end_hook(): called once when the loop ends
     cdef object _end_exc          # what ended the loop (KeyboardInterrupt...), for _end_hook
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
+    cdef bint _loop_started       # a Python thread factory called run() (_Run.__call__)
+    cdef bint _start_late         # ... not within LOOP_START_WARNING (_check_loop_started)
     cdef object __weakref__       # the bus keeps a weak reference
     cdef _EventSink _events       # connection events: on_event and their log
     cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None
@@ -251,14 +253,38 @@ cdef class Subscription:
         many (received counts those).  Connection events (upcall.EVENT_STATS,
         docs/events.md): connected, connect_retried, accepted, disconnected,
         handshakes, handshake_failed_protocol, handshake_failed_auth,
-        handshake_failed_no_detail; they count no message."""
+        handshake_failed_no_detail; they count no message.  loop_start_late
+        (only with a Python ``thread_factory``, the one kind that can start
+        late): 1 once it had not started the delivery loop
+        LOOP_START_WARNING seconds after subscribe() (docs/threads.md)."""
         cdef uc_stats s
         self._check_process()
         uc_sub_stats(self._c, &s)
-        return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
-                "batches": s.batches, "decode_errors": s.decode_errors,
-                "callback_errors": s.callback_errors, "dropped": s.dropped,
-                "zmq_received": s.zmq_received, **self._event_counts()}
+        stats = {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
+                 "batches": s.batches, "decode_errors": s.decode_errors,
+                 "callback_errors": s.callback_errors, "dropped": s.dropped,
+                 "zmq_received": s.zmq_received}
+        if self._factory is not None:
+            stats["loop_start_late"] = int(self._start_late)
+        stats.update(self._event_counts())
+        return stats
+
+    cdef void _check_loop_started(self, double waited) noexcept:
+        """The start watch (_threads.pxi), ``waited`` seconds after
+        subscribe(): a loop its thread factory has not started yet is
+        counted (stats["loop_start_late"]) and said once."""
+        if self._loop_started or self._closed or self._c == NULL:
+            return
+        self._start_late = True
+        try:
+            _log.warning("upcall: subscription %s: its thread factory %r has not started the "
+                         "delivery loop %g s after subscribe(): nothing is delivered until it "
+                         "calls run() on a thread (a thread made but not started? a pool with "
+                         "fewer free workers than subscriptions? each holds one for its whole "
+                         "life: docs/threads.md)", self.endpoint, self._factory, waited,
+                         extra={"subscription": self.endpoint})
+        except BaseException as exc:
+            _write_unraisable(exc, None)
 
     cdef dict _event_counts(self):
         cdef uint64_t counts[UC_EV_COUNT]

@@ -110,8 +110,10 @@ cdef class _Run:
         entry, arg = self._entry, self._arg
         self._entry = NULL
         owner, self._owner = self._owner, None
-        if isinstance(owner, Subscription) and (<Subscription>owner)._thread_name is None:
-            (<Subscription>owner)._thread_name = threading.current_thread().name
+        if isinstance(owner, Subscription):
+            (<Subscription>owner)._loop_started = True
+            if (<Subscription>owner)._thread_name is None:
+                (<Subscription>owner)._thread_name = threading.current_thread().name
         owner = None
         with nogil:
             entry(arg)
@@ -193,3 +195,85 @@ cdef void _forget_python_thread() noexcept with gil:
                 del active[ident]
     except BaseException as exc:
         _write_unraisable(exc, None)
+
+
+# Calls made later on a thread of their own (_later): the start watch below
+# and send_async's warning (upcall/aio.py), which must not put a timer on the
+# event loop (its wait is readiness only).  One thread, made when a call is
+# due and gone when none is; a call runs once, unless cancelled before.
+
+_later_cv = threading.Condition(threading.Lock())
+_later_due = []          # heap of [when, n, fn, args]; fn None: cancelled
+_later_n = itertools.count()
+_later_thread = None
+
+
+def _later(delay, fn, *args):
+    """Call fn(*args) on the later-thread ``delay`` seconds from now; returns
+    a handle for _cancel_later."""
+    global _later_thread
+    entry = [time.monotonic() + float(delay), next(_later_n), fn, args]
+    with _later_cv:
+        heapq.heappush(_later_due, entry)
+        if _later_thread is None:
+            _later_thread = threading.Thread(target=_later_main, daemon=True,
+                                             name="upcall-later")
+            _later_thread.start()
+        _later_cv.notify()
+    return entry
+
+
+def _cancel_later(entry):
+    """The call will not be made (nor its arguments kept)."""
+    with _later_cv:
+        entry[2] = entry[3] = None
+
+
+def _later_main():
+    global _later_thread
+    while True:
+        with _later_cv:
+            while True:
+                if not _later_due:
+                    _later_thread = None
+                    return
+                left = _later_due[0][0] - time.monotonic()
+                if left <= 0:
+                    entry = heapq.heappop(_later_due)
+                    fn, args = entry[2], entry[3]
+                    entry[2] = entry[3] = None
+                    break
+                _later_cv.wait(left)
+        if fn is not None:
+            try:
+                fn(*args)
+            except BaseException as exc:
+                _write_unraisable(exc, fn)
+        fn = args = entry = None
+
+
+# The start watch: a Python thread factory that never calls run() (a
+# Thread made but not started, a pool whose workers are all held by other
+# subscriptions) would leave its subscription silent for ever: each such
+# subscription is looked at again LOOP_START_WARNING seconds after
+# subscribe(), on the later-thread.
+
+#: Seconds a Python thread factory may take to start a subscription's loop
+#: (call run() on a thread) before a WARNING on the "upcall" logger and
+#: ``sub.stats["loop_start_late"]`` say so, once per subscription.  None:
+#: never.
+LOOP_START_WARNING = 5.0
+
+
+cdef void _watch_loop_start(Subscription sub) except *:
+    """After a Python factory accepted run(): look again later."""
+    delay = LOOP_START_WARNING
+    if delay is None or sub._loop_started:
+        return
+    _later(float(delay), _check_loop_start, weakref.ref(sub), float(delay))
+
+
+def _check_loop_start(ref, delay):
+    sub = ref()
+    if sub is not None:
+        (<Subscription>sub)._check_loop_started(delay)

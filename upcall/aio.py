@@ -61,18 +61,21 @@ the GIL; the _Next awaitable), private to this module.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from upcall._bus import (StopDelivery, SubscribeOptions, _AsyncBatches, _AsyncMessages,
-                         _anext_message, _AsyncTarget, _nothing, _Pending, _take_armed)
+                         _anext_message, _AsyncTarget, _cancel_later, _later, _nothing,
+                         _Pending, _take_armed)
 from upcall.handler import Handler
 
 if TYPE_CHECKING:
     from upcall._bus import Bus, Publisher, Subscription
 
-__all__ = ["AsyncSubscription", "DEFAULT_QUEUE_SIZE"]
+__all__ = ["AsyncSubscription", "DEFAULT_QUEUE_SIZE", "SEND_WAIT_WARNING"]
 
 #: Messages an AsyncSubscription queues for its event loop when queue_size=None.
 DEFAULT_QUEUE_SIZE = 16384
@@ -370,6 +373,27 @@ class AsyncSubscription:
         return self._sub.connected
 
 
+#: Seconds a send_async may wait before a WARNING on the "upcall" logger says
+#: why (no peer connected, or a full queue): a send with no timeout to a
+#: publisher that nothing ever connects to would otherwise wait in silence.
+#: Said once per publisher, from a thread of upcall's (no timer on the event
+#: loop: its wait is readiness only); None: never.
+SEND_WAIT_WARNING: float | None = 5.0
+
+_log = logging.getLogger("upcall")
+# The publishers whose waiting send_async was already reported.
+_warned_waits: weakref.WeakSet[Publisher] = weakref.WeakSet()
+
+
+def _warn_waiting(pub: Publisher, waited: float) -> None:
+    """A send_async has waited ``waited`` seconds: say so, once per publisher."""
+    if pub.closed or pub in _warned_waits:
+        return
+    _warned_waits.add(pub)
+    _log.warning("publisher %s: send_async has waited %g s and goes on waiting (%s); "
+                 "pass timeout= to give up", pub.last_endpoint, waited, _why_blocked(pub))
+
+
 # How often send_async's wait was woken before the message went (all
 # publishers): the test of the readiness wait reads it.
 _send_wakeups = 0
@@ -422,13 +446,17 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
 
     efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
     zfd = -1
-    timer = None
+    timer = warning = None
     try:
         zfd = pub.watch_room(efd)
         loop.add_reader(efd, ready)
         loop.add_reader(zfd, ready)
         if timeout is not None:
             timer = loop.call_later(timeout, expire)
+        warn_after = SEND_WAIT_WARNING
+        if warn_after is not None and (timeout is None or timeout > warn_after) \
+                and pub not in _warned_waits:
+            warning = _later(warn_after, _warn_waiting, pub, warn_after)
         while True:
             waiter = loop.create_future()
             # Watched before this try: room made after it wakes the waiter.
@@ -443,6 +471,8 @@ async def send_when_ready(pub: Publisher, topic: Any, payload: bytes,
     finally:
         if timer is not None:
             timer.cancel()
+        if warning is not None:
+            _cancel_later(warning)
         if zfd >= 0:
             loop.remove_reader(zfd)
             loop.remove_reader(efd)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -92,10 +92,12 @@ def _listen(opts: argparse.Namespace) -> int:
         kwargs["curve_serverkey"] = opts.curve_serverkey
     if opts.max_message_size is not None:
         kwargs["max_message_size"] = opts.max_message_size
-    if opts.verbose:
-        # Each event as the socket's monitor reports it, on this thread
-        # (poll() reads the monitor beside the messages).
-        kwargs["on_event"] = _EventPrinter("listen")
+    # Each event as the socket's monitor reports it, on this thread (poll()
+    # reads the monitor beside the messages): all of them with --verbose,
+    # else what went wrong.  The printer says it: the events' own log
+    # records would say it twice.
+    kwargs["on_event"] = _EventPrinter("listen", opts.verbose)
+    logging.getLogger("upcall.events").addHandler(logging.NullHandler())
     with upcall.Bus() as bus:
         try:
             sub = bus.subscribe(opts.endpoint, show, **kwargs)
@@ -116,41 +118,41 @@ def _listen(opts: argparse.Namespace) -> int:
 
 class _EventPrinter:
     """on_event for the command line: one line on stderr per connection
-    event.  libzmq says only that a connect was retried; for a tcp host
-    name it checks once whether the name resolves, to say why."""
+    event (``verbose``), or only for what went wrong (a connect that failed,
+    said once until the next change, with why: the event's cause; a failed
+    handshake)."""
 
-    def __init__(self, command: str):
+    def __init__(self, command: str, verbose: bool = True):
         self.command = command
-        self.resolves: dict[str, bool] = {}
+        self.verbose = verbose
         self.retrying: set[str] = set()     # said once until the next change
-
-    def _why_retried(self, endpoint: str) -> str:
-        if not endpoint.startswith("tcp://"):
-            return ""
-        host = endpoint[len("tcp://"):].rpartition(":")[0].strip("[]")
-        if ";" in host:                      # tcp://source;host:port
-            host = host.rpartition(";")[2]
-        if host not in self.resolves:
-            try:
-                socket.getaddrinfo(host, None)
-                self.resolves[host] = True
-            except (OSError, UnicodeError):
-                self.resolves[host] = False
-        return "" if self.resolves[host] else f": cannot resolve {host}"
 
     def __call__(self, ev: Any) -> None:
         if ev.kind == "connect_retried":
             if ev.endpoint in self.retrying:
                 return
             self.retrying.add(ev.endpoint)
-            text = (f"connect retried{self._why_retried(ev.endpoint)} ({ev.endpoint}); "
-                    "libzmq keeps retrying")
+            why = {"unresolved": f"cannot resolve {_host_of(ev.endpoint)}",
+                   "refused": "connection refused"}.get(ev.cause, "no reason given")
+            text = f"connect retried: {why} ({ev.endpoint}); libzmq keeps retrying"
         elif ev.kind == "handshake_failed":
             text = f"handshake failed ({ev.cause}) with a peer of {ev.endpoint}"
         else:
             self.retrying.discard(ev.endpoint)
+            if not self.verbose:
+                return
             text = f"{ev.kind.replace('_', ' ')} ({ev.endpoint})"
         print(f"{PROG} {self.command}: {text}", file=sys.stderr, flush=True)
+
+
+def _not_connect_retried(record: logging.LogRecord) -> bool:
+    return getattr(record, "event", None) != "connect_retried"
+
+
+def _host_of(endpoint: str) -> str:
+    """The host of a tcp:// endpoint (tcp://[source;]host:port)."""
+    host = endpoint.partition("://")[2].rpartition(":")[0]
+    return host.rpartition(";")[2].strip("[]")
 
 
 # ---- publish ------------------------------------------------------------------
@@ -213,6 +215,9 @@ def _publish(opts: argparse.Namespace) -> int:
         messages = iter(list(messages))      # bad arguments fail before any socket opens
     topic = _topic(opts.topic)
     kwargs: dict[str, Any] = dict(kind=opts.kind, bind=opts.bind, linger=opts.linger)
+    # A connect that fails is what "waiting for a peer" says here: not
+    # again as a log record.
+    logging.getLogger("upcall.events").addFilter(_not_connect_retried)
     if opts.curve_serverkey:
         kwargs["curve_serverkey"] = opts.curve_serverkey
     ready = threading.Event()

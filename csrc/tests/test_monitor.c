@@ -18,6 +18,7 @@
 
 typedef struct {
     atomic_int n[UC_EV_COUNT];
+    atomic_int retried_attempted;   /* connect retried after a connection was attempted */
 } ev_counter;
 
 static void count_event(void *ctx, const uc_event *ev)
@@ -25,6 +26,8 @@ static void count_event(void *ctx, const uc_event *ev)
     ev_counter *c = ctx;
     if (ev->kind < UC_EV_COUNT && ev->endpoint && ev->endpoint[0])
         atomic_fetch_add(&c->n[ev->kind], 1);
+    if (ev->kind == UC_EV_CONNECT_RETRIED && ev->attempted)
+        atomic_fetch_add(&c->retried_attempted, 1);
 }
 
 static int test_connect_and_disconnect_both_sides(int transport, int mode)
@@ -130,6 +133,59 @@ static int test_refused_connect_retried(void)
     CHECK_EQ(counts[UC_EV_CONNECTED], 0);
     uc_pub_close(p);
     close(fd);
+    /* A connection was attempted each time: the retries say so. */
+    CHECK_EQ(atomic_load(&pe.retried_attempted), atomic_load(&pe.n[UC_EV_CONNECT_RETRIED]));
+    return 0;
+}
+
+/* A host name that does not resolve: no connection is ever attempted. */
+static int test_unresolvable_connect_retried(void)
+{
+    ev_counter pe = {0};
+    uc_pub_opts po = pub_opts(UC_PUSH, "tcp://nosuchhost.invalid:5556", 0);
+    po.on_event = count_event;
+    po.event_ctx = &pe;
+    int err;
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (atomic_load(&pe.n[UC_EV_CONNECT_RETRIED]) < 2) {
+        CHECK(!passed(&d));
+        sleep_ms(1);
+    }
+    uc_pub_close(p);
+    CHECK_EQ(atomic_load(&pe.retried_attempted), 0);
+    return 0;
+}
+
+/* A peer's subscription messages are read by the monitor thread although
+ * the publisher never sends and nobody waits on it. */
+static int test_subscription_messages_read_without_sends(void)
+{
+    enum { REPEATS = 5000 };
+    int err;
+    uc_pub_opts po = pub_opts(UC_PUB, "tcp://127.0.0.1:*", 1);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    void *zctx = zmq_ctx_new();
+    void *xsub = zmq_socket(zctx, ZMQ_XSUB);
+    int zero = 0;
+    CHECK_EQ(zmq_setsockopt(xsub, ZMQ_SNDHWM, &zero, sizeof zero), 0);
+    CHECK_EQ(zmq_setsockopt(xsub, ZMQ_LINGER, &zero, sizeof zero), 0);
+    CHECK_EQ(zmq_connect(xsub, uc_pub_last_endpoint(p)), 0);
+    for (int i = 0; i < REPEATS; i++)
+        CHECK_EQ(zmq_send(xsub, "\x01spam", 5, 0), 5);
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    while (uc_pub_subscription_messages(p) < REPEATS) {
+        CHECK(!passed(&d));
+        sleep_ms(1);
+    }
+    CHECK_EQ(uc_pub_subscription_messages(p), REPEATS);
+    zmq_close(xsub);
+    zmq_ctx_term(zctx);
+    uc_pub_close(p);
     return 0;
 }
 
@@ -197,8 +253,14 @@ static int test_terminating_context_does_not_stall_others(void)
 }
 
 static const test_case tests[] = {
-    TEST(tcp_thread), TEST(ipc_thread), TEST(tcp_caller), TEST(refused_connect_retried),
-    TEST(inproc_is_not_monitored), TEST(terminating_context_does_not_stall_others),
+    TEST(tcp_thread),
+    TEST(ipc_thread),
+    TEST(tcp_caller),
+    TEST(refused_connect_retried),
+    TEST(unresolvable_connect_retried),
+    TEST(subscription_messages_read_without_sends),
+    TEST(inproc_is_not_monitored),
+    TEST(terminating_context_does_not_stall_others),
 };
 
 int main(void)

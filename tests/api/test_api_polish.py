@@ -89,7 +89,7 @@ def test_pickles_still_round_trip():
 
 def test_publisher_repr_shows_the_bound_endpoint():
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         port = int(pub.last_endpoint.rsplit(":", 1)[1])
         assert port > 0
         assert repr(pub) == f"<upcall.Publisher tcp://127.0.0.1:{port}>"
@@ -110,10 +110,10 @@ def test_subscription_repr_shows_the_bound_endpoints():
 def test_bus_repr_reads_in_the_singular_and_plural():
     with upcall.Bus() as bus:
         assert repr(bus) == "<upcall.Bus 0 subscriptions, 0 publishers>"
-        pub = bus.publisher("inproc://repr")
+        pub = bus.publisher("inproc://repr", bind=True)
         sub = bus.subscribe("inproc://repr", lambda m: None)
         assert repr(bus) == "<upcall.Bus 1 subscription, 1 publisher>"
-        pub2 = bus.publisher("inproc://repr2")
+        pub2 = bus.publisher("inproc://repr2", bind=True)
         assert repr(bus) == "<upcall.Bus 1 subscription, 2 publishers>"
         sub.close(), pub.close(), pub2.close()
 
@@ -134,7 +134,7 @@ def test_a_tcp_endpoint_without_a_port(endpoint, bind):
 def open_both(bus, endpoint):
     """The error of binding a publisher, then a subscription, to endpoint."""
     errors = []
-    for open_ in (lambda: bus.publisher(endpoint), lambda: bus.subscribe(endpoint, print, bind=True)):
+    for open_ in (lambda: bus.publisher(endpoint, bind=True), lambda: bus.subscribe(endpoint, print, bind=True)):
         with pytest.raises(upcall.ZMQError) as info:
             open_()
         errors.append(info.value)
@@ -185,9 +185,9 @@ def test_upcall_error_is_the_base_of_upcalls_exceptions():
 def test_an_address_in_use_is_a_zmq_error_and_an_os_error():
     port = free_tcp_port()
     with upcall.Bus() as bus:
-        pub = bus.publisher(f"tcp://127.0.0.1:{port}")
+        pub = bus.publisher(f"tcp://127.0.0.1:{port}", bind=True)
         with pytest.raises(upcall.UpcallError) as info:
-            bus.publisher(f"tcp://127.0.0.1:{port}")
+            bus.publisher(f"tcp://127.0.0.1:{port}", bind=True)
         assert isinstance(info.value, OSError) and info.value.errno == errno.EADDRINUSE
         pub.close()
 

@@ -45,7 +45,7 @@ INT_ARGS = {
     "subscribe(max_message_size)": (
         _bus_call(lambda b, v: b.subscribe("inproc://a", print, max_message_size=v)),
         "max_message_size", 1, INT64_MAX),
-    "publisher(sndhwm)": (_bus_call(lambda b, v: b.publisher("inproc://a", sndhwm=v)),
+    "publisher(sndhwm)": (_bus_call(lambda b, v: b.publisher("inproc://a", sndhwm=v, bind=True)),
                           "sndhwm", 0, INT_MAX),
     "poll(max_messages)": (_bus_call(_poll), "max_messages", 1, INT64_MAX),
     "_synthetic_subscribe(count)": (
@@ -125,10 +125,10 @@ TIMEOUTS = {
     "wait": lambda bus, t: _synthetic(bus).wait(timeout=t),
     "Subscription.close": lambda bus, t: _synthetic(bus).close(timeout=t),
     "Bus.close": lambda bus, t: bus.close(timeout=t),
-    "send": lambda bus, t: bus.publisher("inproc://to", kind="pub").send(b"t", 1, timeout=t),
-    "send_packed": lambda bus, t: bus.publisher("inproc://to", kind="pub").send_packed(
+    "send": lambda bus, t: bus.publisher("inproc://to", kind="pub", bind=True).send(b"t", 1, timeout=t),
+    "send_packed": lambda bus, t: bus.publisher("inproc://to", kind="pub", bind=True).send_packed(
         b"t", b"\xc0", timeout=t),
-    "linger": lambda bus, t: bus.publisher("inproc://to", linger=t).close(),
+    "linger": lambda bus, t: bus.publisher("inproc://to", linger=t, bind=True).close(),
 }
 TIMEOUT_NAMES = {"linger": "linger"}
 
@@ -189,7 +189,7 @@ def test_nul_in_endpoint_is_refused(endpoint):
     with upcall.Bus() as bus:
         for open_it in (lambda: bus.subscribe(endpoint, print, bind=True),
                         lambda: bus.subscribe(endpoint, print),
-                        lambda: bus.publisher(endpoint),
+                        lambda: bus.publisher(endpoint, bind=True),
                         lambda: bus.publisher(endpoint, bind=False)):
             with pytest.raises(ValueError, match="endpoint.*NUL"):
                 open_it()
@@ -253,7 +253,7 @@ def test_topics_with_nul_bytes_are_filtered_and_delivered_intact(endpoints, mode
     pump = None
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
-        pub = bus.publisher(ep, kind="pub")
+        pub = bus.publisher(ep, kind="pub", bind=True)
         sub = bus.subscribe(ep, col, topics=NUL_TOPICS + [b"probe"], with_topic=True, **kw)
         if mode == "caller":
             def pump():
@@ -276,7 +276,7 @@ def test_topics_with_nul_bytes_reach_pyzmq_whole(endpoints):
         sock.setsockopt(zmq.SUBSCRIBE, b"probe")
         sock.rcvtimeo = int(DEADLINE * 1000)
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints("ipc"), kind="pub")
+            pub = bus.publisher(endpoints("ipc"), kind="pub", bind=True)
             sock.connect(pub.last_endpoint)
             sock.poll(10)
             while True:                        # slow joiner: probe until connected
@@ -310,7 +310,7 @@ def test_invalid_tcp_port_is_refused(port):
                          f"tcp://[::1]:{port}"):
             for open_it in (lambda: bus.subscribe(endpoint, print, bind=True),
                             lambda: bus.subscribe(endpoint, print),
-                            lambda: bus.publisher(endpoint),
+                            lambda: bus.publisher(endpoint, bind=True),
                             lambda: bus.publisher(endpoint, bind=False)):
                 with pytest.raises(ValueError) as info:
                     open_it()
@@ -320,10 +320,10 @@ def test_invalid_tcp_port_is_refused(port):
 
 def test_valid_tcp_ports_are_accepted():
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         port = int(pub.last_endpoint.rsplit(":", 1)[1])
         assert 0 < port <= 65535
-        bus.publisher("tcp://127.0.0.1:0")
+        bus.publisher("tcp://127.0.0.1:0", bind=True)
         bus.subscribe(f"tcp://127.0.0.1:{port}", print)
         bus.subscribe(f"tcp://127.0.0.1:0;127.0.0.1:{port}", print)
         bus.subscribe("tcp://127.0.0.1:65535", print)
@@ -425,7 +425,7 @@ def test_subscribe_rejects_bad_endpoint(endpoint):
         text = str(info.value)
         assert text and (endpoint in text or "endpoint" in text.lower()), text
         with pytest.raises((ValueError, OSError)):
-            bus.publisher(endpoint)
+            bus.publisher(endpoint, bind=True)
 
 
 def test_subscribe_rejects_non_str_endpoint():
@@ -436,9 +436,9 @@ def test_subscribe_rejects_non_str_endpoint():
 def test_bind_conflict_raises_oserror(endpoints):
     ep = endpoints("tcp")
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, kind="push")   # referenced: a dropped publisher is closed
+        pub = bus.publisher(ep, kind="push", bind=True)   # referenced: a dropped publisher is closed
         with pytest.raises(OSError):
-            bus.publisher(ep, kind="push")
+            bus.publisher(ep, kind="push", bind=True)
         with pytest.raises(OSError):
             bus.subscribe(ep, print, kind="pull", bind=True)
         pub.close()
@@ -457,7 +457,7 @@ def test_publisher_rejects_bad_arguments(endpoints, kwargs, exc, word):
 
 def test_send_rejects_bad_topic(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         _raises_naming(TypeError, "topic", pub.send, 1, {})
         _raises_naming(TypeError, "topic", pub.send_packed, None, b"\x01")
         with pytest.raises(TypeError):

@@ -242,7 +242,7 @@ def test_cancelling_the_consumer_keeps_the_subscription(endpoints, loop_kind, fa
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             base = await baseline()
             sub = bus.subscribe_async(ep, kind="pull", thread_factory=factory)
             got = []
@@ -274,7 +274,7 @@ def test_aclose_ends_a_waiting_consumer(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            bus.publisher(endpoints("inproc"))   # libzmq's threads start with a first socket
+            bus.publisher(endpoints("inproc"), bind=True)   # libzmq's threads start with a first socket
             base = await baseline()
             sub = bus.subscribe_async(ep, bind=True)
             done = []
@@ -299,7 +299,7 @@ def test_async_with_closes_and_discards_the_queue(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             base = await baseline()
             async with bus.subscribe_async(ep, kind="pull") as sub:
                 for i in range(5):
@@ -501,7 +501,7 @@ def test_an_abandoned_iterator_closes_itself(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             base = await baseline()
             send = asyncio.ensure_future(pub.send_async(b"t", 1))   # goes once a peer connects
             async for msg in bus.subscribe_async(ep, kind="pull"):
@@ -527,8 +527,8 @@ LOOP_CLOSED_SCRIPT = textwrap.dedent("""
 
     bus = upcall.Bus()
     ep_pull, ep_sub = "ipc://" + ipc_dir + "/pull.sock", "ipc://" + ipc_dir + "/sub.sock"
-    push = bus.publisher(ep_pull, kind="push", sndhwm=100)
-    pub = bus.publisher(ep_sub, kind="pub")
+    push = bus.publisher(ep_pull, kind="push", sndhwm=100, bind=True)
+    pub = bus.publisher(ep_sub, kind="pub", bind=True)
     stop = threading.Event()
 
     def flood():
@@ -697,7 +697,7 @@ def test_send_async_waits_without_blocking_the_loop(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("tcp")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             ticks = 0
 
             async def ticker():
@@ -722,7 +722,7 @@ def test_send_async_timeouts_and_cancellation(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             with pytest.raises(BlockingIOError):
                 await pub.send_async(b"t", "zero", timeout=0)
             with pytest.raises(TimeoutError, match="high-water mark"):
@@ -746,7 +746,7 @@ def test_send_async_not_blocked_by_a_blocked_thread(endpoints):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             blocked = threading.Thread(target=pub.send, args=(b"t", "from the thread"))
             blocked.start()
             ticks = 0
@@ -773,7 +773,7 @@ def test_send_async_not_blocked_by_a_blocked_thread(endpoints):
 def test_send_async_arguments_and_closed_publisher(endpoints):
     async def main():
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints("inproc"), kind="push")
+            pub = bus.publisher(endpoints("inproc"), kind="push", bind=True)
             with pytest.raises(TypeError, match="timeout"):
                 pub.send_async(b"t", 1, timeout="soon")
             with pytest.raises(ValueError, match="timeout"):
@@ -847,7 +847,7 @@ def test_send_async_to_pyzmq_subscriber(endpoints, loop_kind):
         try:
             with upcall.Bus() as bus:
                 ep = endpoints("tcp")
-                pub = bus.publisher(ep)
+                pub = bus.publisher(ep, bind=True)
                 s.connect(ep)
                 loop = asyncio.get_running_loop()
                 deadline = loop.time() + DEADLINE

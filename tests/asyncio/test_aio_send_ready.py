@@ -80,7 +80,7 @@ def test_send_async_waits_on_readiness_not_a_timer(endpoints, loop_kind, senders
     async def main(loop):
         with upcall.Bus() as bus:
             ep = endpoints("tcp")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             woken = upcall.aio._send_wakeups
             tasks = [asyncio.ensure_future(pub.send_async(b"t", i)) for i in range(senders)]
             loop.watched.update(tasks)
@@ -136,7 +136,7 @@ def test_send_async_woken_when_a_blocked_thread_lets_the_socket_go(endpoints, lo
     async def main(loop):
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push")
+            pub = bus.publisher(ep, kind="push", bind=True)
             blocked = threading.Thread(target=pub.send, args=(b"t", "from the thread"),
                                        daemon=True)
             blocked.start()
@@ -162,7 +162,7 @@ def test_a_waiting_send_async_ends_with_its_publisher(endpoints, loop_kind, clos
     async def main(loop):
         bus = upcall.Bus()
         try:
-            pub = bus.publisher(endpoints("inproc"), kind="push")
+            pub = bus.publisher(endpoints("inproc"), kind="push", bind=True)
             with pytest.raises(BlockingIOError):
                 await pub.send_async(b"t", 0, timeout=0)
             gc.collect()
@@ -190,7 +190,7 @@ def test_send_async_woken_from_another_threads_event_loop(endpoints):
     # wake-up, so room for both wakes both.
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
-        pub = bus.publisher(ep, kind="push")
+        pub = bus.publisher(ep, kind="push", bind=True)
         waiting = []
         done = []
 

@@ -63,7 +63,7 @@ def test_fan_out_to_two_subscriptions(endpoints):
     ep = endpoints("inproc")
     a, b = Collector(), Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, sndhwm=0)
+        pub = bus.publisher(ep, sndhwm=0, bind=True)
         sa = bus.subscribe(ep, a, rcvhwm=0)
         sb = bus.subscribe(ep, b, rcvhwm=0, thread_factory=upcall.python_threads)
         warm_up(pub, a)

@@ -42,7 +42,7 @@ def test_keys_accepted_as_str_and_bytes(endpoints):
     got = Collector()
     with upcall.Bus() as bus:
         pub = bus.publisher(endpoints("tcp"), kind="push",
-                            curve_server=(server[0].encode(), server[1]))
+                            curve_server=(server[0].encode(), server[1]), bind=True)
         bus.subscribe(pub.last_endpoint, got, kind="pull",
                       curve_serverkey=bytearray(server[0].encode()),
                       curve_client=[client[0], client[1].encode()])
@@ -91,7 +91,7 @@ def test_inproc_is_refused():
     """libzmq runs no handshake on inproc: keys there would silently do nothing."""
     with upcall.Bus() as bus:
         with pytest.raises(ValueError, match="inproc"):
-            bus.publisher("inproc://curve", curve_server=PUB_)
+            bus.publisher("inproc://curve", curve_server=PUB_, bind=True)
         with pytest.raises(ValueError, match="inproc"):
             bus.subscribe("inproc://curve", print, curve_serverkey=PUB_[0])
 
@@ -188,12 +188,12 @@ def test_plain_and_curve_endpoints_coexist(endpoints):
     k1, k2 = upcall.curve_keypair(), upcall.curve_keypair()
     plain_got, curve_got, pull_got = Collector(), Collector(), Collector()
     with upcall.Bus() as bus:
-        plain_pub = bus.publisher(endpoints("tcp"))
-        curve_pub = bus.publisher(endpoints("tcp"), curve_server=k1)
+        plain_pub = bus.publisher(endpoints("tcp"), bind=True)
+        curve_pub = bus.publisher(endpoints("tcp"), curve_server=k1, bind=True)
         plain_sub = bus.subscribe(plain_pub.last_endpoint, plain_got)
         curve_sub = bus.subscribe(curve_pub.last_endpoint, curve_got, curve_serverkey=k1[0])
         # PUSH binds as the CURVE client; PULL connects as the server.
-        push = bus.publisher(endpoints("ipc"), kind="push", curve_serverkey=k2[0])
+        push = bus.publisher(endpoints("ipc"), kind="push", curve_serverkey=k2[0], bind=True)
         pull_sub = bus.subscribe(push.last_endpoint, pull_got, kind="pull", curve_server=k2)
         for pub, got in ((plain_pub, plain_got), (curve_pub, curve_got)):
             wait_for(lambda: pub.send(PROBE_TOPIC, PROBE) or got.wait_probe(0.01),
@@ -257,7 +257,7 @@ def test_upcall_curve_server_to_pyzmq(transport, endpoints):
         sock.curve_secretkey = csec
         sock.linger = 0
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints(transport), kind="push", curve_server=server)
+            pub = bus.publisher(endpoints(transport), kind="push", curve_server=server, bind=True)
             sock.connect(pub.last_endpoint)
             for i in range(100):
                 pub.send(b"x", make_msg(i))

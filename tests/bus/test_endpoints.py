@@ -67,7 +67,7 @@ def test_pull_bound_to_inproc_ipc_and_tcp(endpoints, mode):
 def test_sub_connected_to_three_publishers(endpoints, mode):
     col = Collector()
     with upcall.Bus() as bus:
-        pubs = [bus.publisher(ep, sndhwm=0) for ep in endpoint_set(endpoints)]
+        pubs = [bus.publisher(ep, sndhwm=0, bind=True) for ep in endpoint_set(endpoints)]
         eps = [p.last_endpoint for p in pubs]
         sub = bus.subscribe(tuple(eps), col, with_topic=True, rcvhwm=0, **mode_kwargs(mode))
         assert sub.endpoints == tuple(eps)
@@ -123,7 +123,7 @@ def test_bad_endpoint_lists(endpoint, exc, words):
 def test_a_failed_bind_names_its_endpoint_and_releases_the_others(endpoints):
     free, taken = endpoints("inproc"), endpoints("inproc")
     with upcall.Bus() as bus:
-        pub = bus.publisher(taken, kind="push")   # referenced: a dropped publisher is closed
+        pub = bus.publisher(taken, kind="push", bind=True)   # referenced: a dropped publisher is closed
         with pytest.raises(OSError) as info:
             bus.subscribe([free, taken], print, kind="pull", bind=True)
         assert "endpoint[1]" in str(info.value) and taken in str(info.value)
@@ -158,7 +158,7 @@ def test_curve_client_connected_to_two_servers_sharing_a_key(endpoints):
     server = require_curve()
     col = Collector()
     with upcall.Bus() as bus:
-        pubs = [bus.publisher(ep, curve_server=server, sndhwm=0)
+        pubs = [bus.publisher(ep, curve_server=server, sndhwm=0, bind=True)
                 for ep in (endpoints("ipc"), endpoints("tcp"))]
         bus.subscribe([p.last_endpoint for p in pubs], col, curve_serverkey=server[0])
         for p in pubs:
@@ -205,7 +205,7 @@ def topics_of(col, start=0):
 def test_subscribe_and_unsubscribe_at_run_time(endpoints, mode):
     col = Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), sndhwm=0)
+        pub = bus.publisher(endpoints("inproc"), sndhwm=0, bind=True)
         sub = bus.subscribe(pub.endpoint, col, topics=(), with_topic=True, rcvhwm=0,
                             **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
@@ -240,7 +240,7 @@ def test_subscribe_from_inside_the_target(endpoints, mode):
 
     col = Collector(record=on_msg)
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), sndhwm=0)
+        pub = bus.publisher(endpoints("inproc"), sndhwm=0, bind=True)
         sub = bus.subscribe(pub.endpoint, col, topics=[b"a."], with_topic=True, rcvhwm=0,
                             **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
@@ -260,7 +260,7 @@ def test_no_topics_receive_nothing_until_subscribed(endpoints):
     later than the first b.x."""
     col = Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), sndhwm=0)
+        pub = bus.publisher(endpoints("inproc"), sndhwm=0, bind=True)
         sub = bus.subscribe(pub.endpoint, col, topics=(), with_topic=True, rcvhwm=0)
         sub.subscribe(b"b.")
         deadline = time.monotonic() + DEADLINE
@@ -276,7 +276,7 @@ def test_subscribe_from_another_thread_while_polling(endpoints):
     """Caller mode: a change made while poll() runs is made by that poll."""
     col = Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), sndhwm=0)
+        pub = bus.publisher(endpoints("inproc"), sndhwm=0, bind=True)
         sub = bus.subscribe(pub.endpoint, col, topics=[b"a."], with_topic=True,
                             delivery="caller")
         changed = threading.Event()
@@ -313,7 +313,7 @@ def test_a_busy_target_delays_the_change_and_timeout_says_so(endpoints):
 
     col = Collector(record=stuck)
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), sndhwm=0)
+        pub = bus.publisher(endpoints("inproc"), sndhwm=0, bind=True)
         sub = bus.subscribe(pub.endpoint, col, topics=[b"a."], with_topic=True)
         while not entered.is_set():
             pub.send(b"a.block", 0)

@@ -60,7 +60,7 @@ def test_event_stats_are_documented_keys():
 def test_connect_accept_disconnect(endpoints, transport, mode):
     sub_events, pub_events = Events(), Events()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints(transport), on_event=pub_events)
+        pub = bus.publisher(endpoints(transport), on_event=pub_events, bind=True)
         assert pub.peers == 0
         sub = bus.subscribe(pub.last_endpoint, lambda m: None, on_event=sub_events,
                             **mode_kwargs(mode))
@@ -116,7 +116,8 @@ def test_refused_connect_is_retried_and_counted():
         wait_for(lambda: sub.stats["connect_retried"] >= 2, what=events.kinds)
         assert sub.peers == 0 and sub.connected is False
         assert sub.stats["connected"] == 0
-        assert events.kinds()[0] == ("connect_retried", None)
+        # A connection was attempted and refused: the event says so.
+        assert events.kinds()[0] == ("connect_retried", "refused")
         assert events.items[0].value > 0          # the retry interval, in ms
 
 
@@ -131,7 +132,8 @@ def test_host_that_does_not_resolve(side):
             sock = bus.publisher(endpoint, kind="push", bind=False, on_event=events)
         wait_for(lambda: sock.stats["connect_retried"] >= 2, what=events.kinds)
         assert sock.peers == 0
-        assert all(k == ("connect_retried", None) for k in events.kinds())
+        # No connection could even start: the event says why.
+        assert all(k == ("connect_retried", "unresolved") for k in events.kinds())
         assert {e.endpoint for e in events.items} == {endpoint}
 
 
@@ -141,7 +143,7 @@ def test_wrong_curve_server_key_counted_by_cause_on_both_sides(endpoints, transp
     wrong = upcall.curve_keypair()
     sub_events, pub_events = Events(), Events()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints(transport), curve_server=server, on_event=pub_events)
+        pub = bus.publisher(endpoints(transport), curve_server=server, on_event=pub_events, bind=True)
         sub = bus.subscribe(pub.last_endpoint, lambda m: None, curve_serverkey=wrong[0],
                             on_event=sub_events)
         # The server cannot decrypt the client's HELLO: a protocol error
@@ -169,7 +171,7 @@ def test_plain_pyzmq_subscriber_at_a_curve_publisher():
     ctx = zmq.Context()
     try:
         with upcall.Bus() as bus:
-            pub = bus.publisher("tcp://127.0.0.1:*", curve_server=server, on_event=events)
+            pub = bus.publisher("tcp://127.0.0.1:*", curve_server=server, on_event=events, bind=True)
             s = ctx.socket(zmq.SUB)
             s.connect(pub.last_endpoint)
             # Which side sees the mismatch first is libzmq's race: the
@@ -194,7 +196,7 @@ def test_handshake_failures_logged_at_warning_with_a_rate_limit(caplog, monkeypa
     server = upcall.curve_keypair()
     with caplog.at_level(logging.WARNING, logger="upcall"):
         with upcall.Bus() as bus:
-            pub = bus.publisher("tcp://127.0.0.1:*", curve_server=server)
+            pub = bus.publisher("tcp://127.0.0.1:*", curve_server=server, bind=True)
             where = pub.last_endpoint
             # Plain subscribers, each refused once (libzmq does not retry
             # after a protocol error).
@@ -217,7 +219,7 @@ def test_handshake_failures_logged_at_warning_with_a_rate_limit(caplog, monkeypa
 def test_connects_logged_at_debug(caplog):
     with caplog.at_level(logging.DEBUG, logger="upcall"):
         with upcall.Bus() as bus:
-            pub = bus.publisher("tcp://127.0.0.1:*")
+            pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
             sub = bus.subscribe(pub.last_endpoint, lambda m: None, shared=False)
             wait_for(lambda: sub.stats["handshakes"] == 1)
             sub.close()
@@ -237,7 +239,7 @@ def test_on_event_that_raises_never_stops_delivery(endpoints, monkeypatch):
         raise RuntimeError("on_event broke")
 
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("tcp"), kind="push", on_event=bad)
+        pub = bus.publisher(endpoints("tcp"), kind="push", on_event=bad, bind=True)
         sub = bus.subscribe(pub.last_endpoint, lambda m: (seen.append(m), got.set()),
                             kind="pull", on_event=bad)
         pub.send(b"", {"n": 1}, timeout=DEADLINE)
@@ -255,13 +257,13 @@ def test_on_event_is_checked():
         with pytest.raises(TypeError, match="on_event must be callable or None, not int"):
             bus.subscribe("tcp://127.0.0.1:5556", print, on_event=5)
         with pytest.raises(TypeError, match="on_event must be callable or None, not str"):
-            bus.publisher("tcp://127.0.0.1:*", on_event="no")
+            bus.publisher("tcp://127.0.0.1:*", on_event="no", bind=True)
         assert bus.subscribe("tcp://127.0.0.1:5556", print, on_event=None).peers == 0
 
 
 def test_inproc_has_no_connection_state(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         sub = bus.subscribe(pub.last_endpoint, lambda m: None)
         assert sub.peers is None and sub.connected is None
         assert pub.peers is None
@@ -273,7 +275,7 @@ def test_inproc_has_no_connection_state(endpoints):
 
 def test_blocking_send_with_no_peer_says_so(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("tcp"), kind="push")     # bound, nobody connects
+        pub = bus.publisher(endpoints("tcp"), kind="push", bind=True)     # bound, nobody connects
         with pytest.raises(TimeoutError, match="no peer connected") as info:
             pub.send(b"", 1, timeout=0.05)
         assert "high-water mark" not in str(info.value)
@@ -284,7 +286,7 @@ def test_blocking_send_with_no_peer_says_so(endpoints):
 def test_send_async_with_no_peer_says_so(endpoints):
     from upcall import aio  # noqa: F401  (send_async's adapter)
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("tcp"), kind="push")
+        pub = bus.publisher(endpoints("tcp"), kind="push", bind=True)
 
         async def main():
             with pytest.raises(TimeoutError, match="no peer connected") as info:
@@ -299,7 +301,7 @@ def test_send_at_the_mark_of_a_connected_peer_still_says_high_water_mark(endpoin
     ctx = zmq.Context()
     try:
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints("tcp"), kind="push", sndhwm=1)
+            pub = bus.publisher(endpoints("tcp"), kind="push", sndhwm=1, bind=True)
             pull = ctx.socket(zmq.PULL)
             pull.setsockopt(zmq.RCVHWM, 1)
             pull.connect(pub.last_endpoint)
@@ -320,7 +322,7 @@ def test_closing_a_publisher_from_its_own_on_event_is_refused(endpoints, monkeyp
         holder["pub"].close()
 
     with upcall.Bus() as bus:
-        holder["pub"] = pub = bus.publisher(endpoints("tcp"), on_event=close_me)
+        holder["pub"] = pub = bus.publisher(endpoints("tcp"), on_event=close_me, bind=True)
         sub = bus.subscribe(pub.last_endpoint, lambda m: None)
         wait_for(lambda: unraisable, what="on_event's close() refused")
         assert isinstance(unraisable[0].exc_value, RuntimeError)
@@ -337,13 +339,13 @@ from helpers import wait_for
 
 with upcall.Bus() as bus:
     # The parent's monitor thread runs (a publisher on tcp) when it forks.
-    pub = bus.publisher("tcp://127.0.0.1:*")
+    pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
     pid = os.fork()
     if pid == 0:
         try:
             events = []
             with upcall.Bus() as child_bus:
-                p = child_bus.publisher("tcp://127.0.0.1:*", on_event=events.append)
+                p = child_bus.publisher("tcp://127.0.0.1:*", on_event=events.append, bind=True)
                 s = child_bus.subscribe(p.last_endpoint, lambda m: None)
                 wait_for(lambda: p.peers == 1 and any(e.kind == "handshake_succeeded"
                                                       for e in events))
@@ -406,7 +408,7 @@ def test_async_subscription_sees_its_connection(endpoints):
 
     async def main():
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints("tcp"))
+            pub = bus.publisher(endpoints("tcp"), bind=True)
             async with bus.subscribe_async(pub.last_endpoint, on_event=events) as asub:
                 while not (asub.peers == 1 and events.has("handshake_succeeded")):
                     await asyncio.sleep(0.005)

@@ -68,7 +68,7 @@ def test_every_prefix_in_topics_reaches_an_upcall_publisher(endpoints, transport
             sub = sbus.subscribe(ep, col, topics=PREFIXES, bind=True, with_topic=True, rcvhwm=0)
             pub = pbus.publisher(ep, bind=False, sndhwm=0)
         else:
-            pub = pbus.publisher(ep, sndhwm=0)
+            pub = pbus.publisher(ep, sndhwm=0, bind=True)
             sub = sbus.subscribe(ep, col, topics=PREFIXES, with_topic=True, rcvhwm=0)
         assert sub.topics == tuple(PREFIXES)
         assert pub.wait_subscriptions(N, timeout=DEADLINE) == N
@@ -122,7 +122,7 @@ def test_prefixes_added_one_by_one_come_back_after_a_publisher_restart(endpoints
     with upcall.Bus() as sbus:
         pbus = upcall.Bus()
         try:
-            pub = pbus.publisher(ep, sndhwm=0)
+            pub = pbus.publisher(ep, sndhwm=0, bind=True)
             sub = sbus.subscribe(ep, col, topics=(), with_topic=True, rcvhwm=0,
                                  socket_options={"reconnect_ivl": 20}, **mode_kwargs(mode))
             pump = make_pump(sub) if mode == "caller" else None
@@ -136,7 +136,7 @@ def test_prefixes_added_one_by_one_come_back_after_a_publisher_restart(endpoints
             # and sends its prefixes again, all of them at once.
             pbus.close()
             pbus = upcall.Bus()
-            pub = pbus.publisher(ep, sndhwm=0)
+            pub = pbus.publisher(ep, sndhwm=0, bind=True)
             assert wait_subscriptions(pub, N, pump) == N
             send_one_per_prefix(pub.send)
             assert_each_prefix_delivered(col, pump)

@@ -95,7 +95,7 @@ def test_inproc_connects_waiting_at_a_small_limit(close_first):
             for p in pubs:
                 p.close()
             try:
-                bus.publisher("inproc://more", kind="pub")
+                bus.publisher("inproc://more", kind="pub", bind=True)
             except OSError as exc:
                 refused(exc, 16)   # still held: nothing bound their names
             else:
@@ -109,10 +109,10 @@ def test_a_bind_gives_back_the_slots_of_closed_waiting_connects():
     run_script("""
         bus = upcall.Bus(max_sockets=16)
         waiting = [bus.publisher("inproc://late", kind="push", bind=False) for _ in range(5)]
-        others = [bus.publisher(f"inproc://b{i}", kind="pub") for i in range(10)]
+        others = [bus.publisher(f"inproc://b{i}", kind="pub", bind=True) for i in range(10)]
         for p in waiting:
             p.close()                     # kept by libzmq: still counted
-        n, exc = fill(lambda i: bus.publisher(f"inproc://x{i}", kind="pub"))
+        n, exc = fill(lambda i: bus.publisher(f"inproc://x{i}", kind="pub", bind=True))
         refused(exc, 16)
         assert n == 0, n
         others.pop().close()              # one free slot: bind the waited-for name
@@ -122,7 +122,7 @@ def test_a_bind_gives_back_the_slots_of_closed_waiting_connects():
         more = []
         def room_for_five():
             try:
-                more.append(bus.publisher(f"inproc://y{len(more)}", kind="pub"))
+                more.append(bus.publisher(f"inproc://y{len(more)}", kind="pub", bind=True))
             except OSError as exc:
                 assert exc.errno == errno.EMFILE, exc   # libzmq has not destroyed them yet
             return len(more) == 5
@@ -136,11 +136,11 @@ def test_binds_at_the_limit():
     run_script("""
         bus = upcall.Bus(max_sockets=32)
         pubs = []
-        n, exc = fill(lambda i: pubs.append(bus.publisher(f"inproc://b{i}", kind="push")))
+        n, exc = fill(lambda i: pubs.append(bus.publisher(f"inproc://b{i}", kind="push", bind=True)))
         refused(exc, 32)
         assert n == 31, n
         pubs.pop().close()
-        pubs.append(bus.publisher("inproc://again", kind="push"))    # the limit is not sticky
+        pubs.append(bus.publisher("inproc://again", kind="push", bind=True))    # the limit is not sticky
         bus.close()
         print("closed")
     """)
@@ -178,9 +178,9 @@ def test_max_sockets_is_checked():
             upcall.Bus(max_sockets=bad)
     with upcall.Bus(max_sockets=2) as bus:
         assert bus.max_sockets == 2
-        pub = bus.publisher("inproc://only", kind="pub")
+        pub = bus.publisher("inproc://only", kind="pub", bind=True)
         with pytest.raises(OSError) as info:
-            bus.publisher("inproc://second", kind="pub")
+            bus.publisher("inproc://second", kind="pub", bind=True)
         assert info.value.errno == errno.EMFILE and "max_sockets=2" in str(info.value)
         pub.close()
         # The slot comes back (once libzmq has destroyed the socket).
@@ -191,7 +191,7 @@ def test_max_sockets_is_checked():
 
 def _opens(bus, endpoint):
     try:
-        bus.publisher(endpoint, kind="pub").close()
+        bus.publisher(endpoint, kind="pub", bind=True).close()
     except OSError:
         return False
     return True

@@ -27,7 +27,7 @@ VALID = {
 def open_side(bus, side, endpoint, options, **kw):
     if side == "subscribe":
         return bus.subscribe(endpoint, print, socket_options=options, **kw)
-    return bus.publisher(endpoint, socket_options=options, **kw)
+    return bus.publisher(endpoint, socket_options=options, **{"bind": True, **kw})
 
 
 # ---- arguments ------------------------------------------------------------------
@@ -178,8 +178,8 @@ HEARTBEATS = {"heartbeat_ivl": 50, "heartbeat_timeout": 200}
 
 def test_heartbeats_on_a_publisher_close_a_silent_subscriber():
     with upcall.Bus() as bus:
-        beating = bus.publisher("tcp://127.0.0.1:*", socket_options=HEARTBEATS)
-        quiet = bus.publisher("tcp://127.0.0.1:*")
+        beating = bus.publisher("tcp://127.0.0.1:*", socket_options=HEARTBEATS, bind=True)
+        quiet = bus.publisher("tcp://127.0.0.1:*", bind=True)
         conns = []
         for pub in (beating, quiet):
             host, port = pub.last_endpoint[len("tcp://"):].rsplit(":", 1)

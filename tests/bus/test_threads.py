@@ -48,7 +48,7 @@ def deliver(n=50, *, bus=None, caller_thread=None, per_upcall=False, **sub_kw):
         bus = upcall.Bus()
     try:
         ep = "inproc://threads-%d" % next(_endpoint_ids)
-        pub = bus.publisher(ep, kind="push")
+        pub = bus.publisher(ep, kind="push", bind=True)
         sub_kw.setdefault("batch", 1)
         if per_upcall:
             sub = _subscribe_per_upcall(bus, ep, col, kind="pull", **sub_kw)
@@ -177,7 +177,7 @@ def test_gil_per_upcall_delivers_correctly(factory):
     n = 2000
     col = Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher("inproc://per-upcall", kind="push")
+        pub = bus.publisher("inproc://per-upcall", kind="push", bind=True)
         sub = _subscribe_per_upcall(bus, "inproc://per-upcall", col, kind="pull", **kw)
         expected = [make_msg(i) for i in range(n)]
         for m in expected:
@@ -292,7 +292,7 @@ def test_factory_that_raises_fails_subscribe():
         assert any("no threads today" in t for t in texts), texts
         # the bus is still usable
         col = Collector()
-        pub = bus.publisher("inproc://after", kind="push")
+        pub = bus.publisher("inproc://after", kind="push", bind=True)
         bus.subscribe("inproc://after", col, kind="pull")
         pub.send(b"t", 1)
         col.wait(1)
@@ -308,7 +308,7 @@ def test_many_subscriptions_each_on_its_own_thread(factory):
         pubs = []
         for k in range(n_subs):
             ep = "inproc://many-%d" % k
-            pubs.append(bus.publisher(ep, kind="push"))
+            pubs.append(bus.publisher(ep, kind="push", bind=True))
             bus.subscribe(ep, cols[k], kind="pull", **kw)
         for i in range(100):
             for p in pubs:

@@ -146,6 +146,22 @@ def test_listen_verbose_on_a_refused_connect(command):
     assert c.interrupt() == 130
 
 
+def test_listen_says_a_host_that_does_not_resolve_without_verbose(command):
+    c = command("listen", "tcp://nosuchhost.invalid:5556")
+    line = c.expect("connect retried")
+    assert "cannot resolve nosuchhost.invalid" in line, line
+    assert c.interrupt() == 130
+    assert len([s for s in c.seen if "connect retried" in s]) == 1, c.seen
+
+
+def test_listen_says_a_refused_connect_without_verbose(command):
+    ep = unreachable_tcp_endpoint()
+    c = command("listen", ep)
+    line = c.expect("connect retried")
+    assert "connection refused" in line and ep in line, line
+    assert c.interrupt() == 130
+
+
 def test_publish_push_without_a_peer_says_so_and_honours_wait_timeout(command):
     ep = unreachable_tcp_endpoint()
     c = command("publish", ep, "--kind", "push", "--wait-timeout", "1.5", '{"a": 1}')

@@ -226,11 +226,11 @@ def test_publisher_hook_arguments(endpoints):
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
         with pytest.raises(TypeError, match="default"):
-            bus.publisher(ep, default=3)
+            bus.publisher(ep, default=3, bind=True)
         with pytest.raises(TypeError, match="encoder"):
-            bus.publisher(ep, encoder=b"x")
+            bus.publisher(ep, encoder=b"x", bind=True)
         with pytest.raises(TypeError, match="not both"):
-            bus.publisher(ep, default=str, encoder=upcall.packb)
+            bus.publisher(ep, default=str, encoder=upcall.packb, bind=True)
 
 
 def test_pyzmq_subscriber_reads_default_and_encoder_output(endpoints):
@@ -242,7 +242,7 @@ def test_pyzmq_subscriber_reads_default_and_encoder_output(endpoints):
     s.setsockopt(zmq.RCVTIMEO, int(DEADLINE * 1000))
     try:
         with upcall.Bus() as bus:
-            pub = bus.publisher(ep, default=to_builtin)
+            pub = bus.publisher(ep, default=to_builtin, bind=True)
             s.connect(ep)
             # Slow joiner: send until something arrives.
             frames = None

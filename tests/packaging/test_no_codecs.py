@@ -42,7 +42,7 @@ CHECK = textwrap.dedent("""
     with upcall.Bus() as bus:
         for name, lib, _, _ in codecs:
             try:
-                bus.publisher("inproc://p", compression=name)
+                bus.publisher("inproc://p", compression=name, bind=True)
             except ValueError as exc:
                 msg = str(exc)
                 assert msg.startswith(f"compression={name!r} needs {lib}"), msg

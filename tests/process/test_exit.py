@@ -30,7 +30,7 @@ PRELUDE = MODE_PRELUDE + textwrap.dedent("""
 SIMPLE = PRELUDE + textwrap.dedent("""
     got = threading.Event()
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     sub = bus.subscribe(EP, lambda msg: got.set(), kind="pull", **KW)
     pub.send(b"t", {"hello": 1})
     if mode == "caller":
@@ -59,7 +59,7 @@ FLOOD = PRELUDE + textwrap.dedent("""
             enough.set()
 
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="pub" if kind == "sub" else "push")
+    pub = bus.publisher(EP, kind="pub" if kind == "sub" else "push", bind=True)
     sub = bus.subscribe(EP, target, kind=kind, **KW)
 
     def flood():

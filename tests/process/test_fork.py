@@ -64,7 +64,7 @@ SCRIPT = textwrap.dedent('''
         """Every method of what the parent made raises the clear error."""
         calls = {
             "bus.subscribe": lambda: BUS.subscribe("inproc://x", print),
-            "bus.publisher": lambda: BUS.publisher("inproc://y"),
+            "bus.publisher": lambda: BUS.publisher("inproc://y", bind=True),
             "bus.close": BUS.close,
             "with bus": lambda: BUS.__enter__(),
             "bus.max_sockets": lambda: BUS.max_sockets,

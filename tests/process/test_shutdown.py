@@ -119,7 +119,7 @@ SYS_EXIT_IN_CALLBACK = """
             sys.exit(3)
 
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     sub = bus.subscribe(EP, target, kind="pull", **KW)
     flood(pub)
     say("ready")
@@ -156,7 +156,7 @@ CTRL_C_DURING_POLL = """
     # The target says "ready" from inside poll(), which then blocks: the
     # signal is sure to arrive while poll() runs.
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     sub = bus.subscribe(EP, lambda msg: say("ready"), kind="pull", delivery="caller")
     pub.send(b"t", 1)
     try:
@@ -194,7 +194,7 @@ CTRL_C_DURING_DELIVERY = """
             say("delivering")
 
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     sub = bus.subscribe(EP, target, kind="pull", **KW)
     flood(pub)
     # The main thread idles, waiting the documented way: Ctrl-C lands here.
@@ -228,7 +228,7 @@ STUCK_TARGET_AT_EXIT = """
         threading.Event().wait()      # stuck for ever, without the GIL
 
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     sub = bus.subscribe(EP, target, kind="pull", **KW)
     pub.send(b"t", 1)
     entered.wait()
@@ -255,7 +255,7 @@ BUSY_TARGET_AT_EXIT = """
             s += i
 
     bus = upcall.Bus()
-    pub = bus.publisher(EP, kind="push")
+    pub = bus.publisher(EP, kind="push", bind=True)
     subs = [bus.subscribe(EP, target, kind="pull", batch=1, **KW) for _ in range(3)]
     flood(pub)
     while subs[0].stats["delivered"] < 50:

@@ -76,7 +76,7 @@ def test_native_delivery_thread_blocks_asynchronous_signals():
     before = blocked(threading.get_native_id())
     tids = queue.Queue()
     with upcall.Bus() as bus:
-        pub = bus.publisher("inproc://mask-native", kind="push")
+        pub = bus.publisher("inproc://mask-native", kind="push", bind=True)
         sub = bus.subscribe("inproc://mask-native", lambda msg: tids.put(threading.get_native_id()),
                             kind="pull")
         pub.send(b"t", 1)
@@ -105,7 +105,7 @@ def test_a_native_target_runs_with_the_subscribers_mask_and_its_children_can_be_
         seen.put((blocked(threading.get_native_id()), child))
 
     with upcall.Bus() as bus:
-        pub = bus.publisher("inproc://mask-target", kind="push")
+        pub = bus.publisher("inproc://mask-target", kind="push", bind=True)
         bus.subscribe("inproc://mask-target", target, kind="pull")
         pub.send(b"t", 1)
         mask, child = seen.get(timeout=30)
@@ -123,7 +123,7 @@ def test_coalescing_flusher_thread_blocks_asynchronous_signals():
     before = blocked(threading.get_native_id())
     with upcall.Bus() as bus:
         pub = bus.publisher("inproc://mask-coalesce", kind="push", coalesce=True,
-                            max_delay=0.001)
+                            max_delay=0.001, bind=True)
         flushers = wait_for(lambda: threads_named("upcall-coalesce"),
                             what="a thread named upcall-coalesce")
         for tid, name in flushers.items():
@@ -147,7 +147,7 @@ def test_wait_returns_true_once_the_bus_is_closed_from_another_thread():
 
 def test_wait_returns_true_when_a_target_closes_the_bus():
     bus = upcall.Bus()
-    pub = bus.publisher("inproc://wait-close", kind="push")
+    pub = bus.publisher("inproc://wait-close", kind="push", bind=True)
     bus.subscribe("inproc://wait-close", lambda msg: bus.close(), kind="pull")
     pub.send(b"t", 1)
     assert bus.wait(timeout=30) is True

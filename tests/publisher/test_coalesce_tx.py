@@ -461,10 +461,10 @@ def test_argument_errors(bus, kw, exc, name):
 
 def test_max_delay_range(bus):
     # The longest delay is an hour (in microseconds it does not fit an int).
-    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600).close()
-    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=0).close()
+    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600, bind=True).close()
+    bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=0, bind=True).close()
     with pytest.raises(ValueError, match="max_delay"):
-        bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600.5)
+        bus.publisher("tcp://127.0.0.1:*", coalesce=True, max_delay=3600.5, bind=True)
 
 
 def test_send_many_argument_errors(bus, receiver):

@@ -56,7 +56,7 @@ def test_send_timeout_when_nobody_receives(endpoints):
     # with no peer) raises TimeoutError, like close(timeout=...); timeout=0
     # means "never block" and raises BlockingIOError (EAGAIN) or TimeoutError.
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), kind="push")
+        pub = bus.publisher(endpoints("inproc"), kind="push", bind=True)
         with pytest.raises(TimeoutError):
             pub.send(b"t", 1, timeout=0.05)
         with pytest.raises((BlockingIOError, TimeoutError)):
@@ -76,7 +76,7 @@ def test_bound_port_zero_is_resolved(endpoints):
         col.wait(1)
         assert col.items == ["hello"]
 
-        pub2 = bus.publisher("tcp://127.0.0.1:0", kind="push")
+        pub2 = bus.publisher("tcp://127.0.0.1:0", kind="push", bind=True)
         m = re.fullmatch(r"tcp://127\.0\.0\.1:(\d+)", pub2.last_endpoint)
         assert m and int(m.group(1)) != 0, pub2.last_endpoint
 
@@ -85,7 +85,7 @@ def test_io_threads(endpoints):
     col = Collector()
     with upcall.Bus(io_threads=2) as bus:
         ep = endpoints("tcp")
-        pub = bus.publisher(ep, kind="push")
+        pub = bus.publisher(ep, kind="push", bind=True)
         bus.subscribe(ep, col, kind="pull")
         for i in range(100):
             pub.send(b"t", i)

@@ -79,7 +79,7 @@ def test_a_send_timeout_at_the_mark_still_raises_timeout_error(endpoints):
     # Waiting in slices keeps the timeout: a send that cannot go out within
     # it raises TimeoutError, timeout=0 BlockingIOError.
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), kind="push")   # no peer: never sendable
+        pub = bus.publisher(endpoints("inproc"), kind="push", bind=True)   # no peer: never sendable
         with pytest.raises(TimeoutError):
             pub.send(b"t", 1, timeout=0.5)
         with pytest.raises(BlockingIOError):

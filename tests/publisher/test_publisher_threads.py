@@ -66,7 +66,7 @@ def test_concurrent_sends_with_python_packing_arrive_intact(endpoints, kind):
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
         # No high-water marks: PUB drops at its mark, and every message counts.
-        pub = bus.publisher(ep, kind=kind, sndhwm=0)
+        pub = bus.publisher(ep, kind=kind, sndhwm=0, bind=True)
         sub = bus.subscribe(ep, col, kind="sub" if kind == "pub" else "pull", rcvhwm=0,
                             with_topic=True, on_error=lambda exc, msg: errors.append(exc))
         if kind == "pub":
@@ -93,7 +93,7 @@ def test_close_while_packing_refuses_the_send(endpoints):
     # The publisher is closed by Python code that runs while its message is
     # being packed: the send must refuse cleanly, not reach a closed socket.
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), kind="pub")
+        pub = bus.publisher(endpoints("inproc"), kind="pub", bind=True)
 
         class ClosingTZ(PythonTZ):
             def utcoffset(self, d):
@@ -112,7 +112,7 @@ def test_send_while_another_send_is_blocked_at_the_high_water_mark(endpoints):
     errors = []
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
-        pub = bus.publisher(ep, kind="push", sndhwm=1)
+        pub = bus.publisher(ep, kind="push", sndhwm=1, bind=True)
         first = Sender(pub, [(b"a", {"n": i, "at": BASE.replace(tzinfo=TZ)}) for i in range(50)])
         first.start()
         second = Sender(pub, [(b"b", {"n": i, "at": BASE.replace(tzinfo=TZ)}) for i in range(50)])
@@ -134,7 +134,7 @@ def test_threads_sending_and_closing(endpoints):
     # Close while other threads send (some blocked at the mark): every send
     # either completes or raises ValueError; nothing crashes or hangs.
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), kind="push", sndhwm=1)
+        pub = bus.publisher(endpoints("inproc"), kind="push", sndhwm=1, bind=True)
         outcomes = []
 
         def send_until_closed():

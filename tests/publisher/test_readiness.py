@@ -55,7 +55,7 @@ def test_a_pyzmq_subscriber_gets_the_first_message(endpoints, transport):
     s.rcvtimeo = int(DEADLINE * 1000)
     try:
         with upcall.Bus() as bus:
-            pub = bus.publisher(endpoints(transport))
+            pub = bus.publisher(endpoints(transport), bind=True)
             s.setsockopt(zmq.SUBSCRIBE, b"t")
             s.connect(pub.last_endpoint)
             pub.wait_subscriptions(timeout=DEADLINE)
@@ -69,7 +69,7 @@ def test_a_pyzmq_subscriber_gets_the_first_message(endpoints, transport):
 
 def test_subscriptions_are_counted_as_they_come_and_go(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         assert count(pub) == 0
         # Two subscriber sockets (shared=False: subscriptions sharing one
         # socket hold each distinct prefix once).
@@ -87,7 +87,7 @@ def test_subscriptions_are_counted_as_they_come_and_go(endpoints):
 
 def test_timeout_raises_timeout_error(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         with pytest.raises(TimeoutError, match="0 of 1 subscriptions"):
             pub.wait_subscriptions(1, timeout=0.05)
         with pytest.raises(TimeoutError):
@@ -97,14 +97,14 @@ def test_timeout_raises_timeout_error(endpoints):
 
 def test_arguments_and_kinds(endpoints):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         with pytest.raises(ValueError, match="n must be"):
             pub.wait_subscriptions(-1)
         with pytest.raises(TypeError, match="n must be an int"):
             pub.wait_subscriptions(1.5)
         with pytest.raises(ValueError, match="timeout"):
             pub.wait_subscriptions(1, timeout=-1)
-        push = bus.publisher(endpoints("inproc"), kind="push")
+        push = bus.publisher(endpoints("inproc"), kind="push", bind=True)
         with pytest.raises(ValueError, match="push publisher has no subscriptions"):
             push.wait_subscriptions(timeout=0)
         pub.close()
@@ -115,7 +115,7 @@ def test_arguments_and_kinds(endpoints):
 @pytest.mark.parametrize("closing", ["publisher", "bus"])
 def test_closing_wakes_a_wait(endpoints, closing):
     bus = upcall.Bus()
-    pub = bus.publisher(endpoints("inproc"))
+    pub = bus.publisher(endpoints("inproc"), bind=True)
     errors = []
 
     def wait():
@@ -138,7 +138,7 @@ def test_closing_wakes_a_wait(endpoints, closing):
 def test_sends_go_on_while_another_thread_waits(endpoints):
     col = Collector()
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         waiter = threading.Thread(target=lambda: pub.wait_subscriptions(2, timeout=DEADLINE))
         waiter.start()
         sub = bus.subscribe(pub.endpoint, col)
@@ -154,7 +154,7 @@ def test_sends_go_on_while_another_thread_waits(endpoints):
 @pytest.mark.parametrize("how", ["sigint", "interrupt_main"])
 def test_ctrl_c_interrupts_the_wait(endpoints, how):
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"))
+        pub = bus.publisher(endpoints("inproc"), bind=True)
         interrupt = (lambda: os.kill(os.getpid(), signal.SIGINT)) if how == "sigint" \
             else _thread.interrupt_main
         timer = threading.Timer(0.2, interrupt)

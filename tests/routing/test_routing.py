@@ -34,7 +34,7 @@ class Inbox:
 
 
 def _pub(bus):
-    pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+    pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
     return pub, pub.last_endpoint
 
 
@@ -289,7 +289,7 @@ def test_keyboard_interrupt_in_target_ends_only_that_subscription():
 SCRIPT = r"""
 import os, sys, time, upcall
 bus = upcall.Bus()
-pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
 ep = pub.last_endpoint
 got = [[] for _ in range(50)]
 subs = [bus.subscribe(ep, got[i].append, topics=[b"f%02d" % i]) for i in range(50)]

@@ -113,7 +113,7 @@ def test_no_secret_in_reprs():
         assert secret not in text and public in text
     with upcall.Bus() as bus:
         auth = bus.authenticator()
-        pub = bus.publisher("tcp://127.0.0.1:*", curve_server=cert, allow=[public])
+        pub = bus.publisher("tcp://127.0.0.1:*", curve_server=cert, allow=[public], bind=True)
         for text in (repr(bus), repr(auth), repr(pub)):
             assert secret not in text
 
@@ -127,7 +127,7 @@ def test_no_secret_in_exceptions(tmp_path):
     assert "position 7" in str(info.value)
     assert bad not in str(info.value) and "'~'" not in str(info.value)
     with upcall.Bus() as bus, pytest.raises(ValueError) as info:
-        bus.publisher("tcp://127.0.0.1:*", curve_server=(public, bad))
+        bus.publisher("tcp://127.0.0.1:*", curve_server=(public, bad), bind=True)
     assert "'~'" not in str(info.value) and bad not in str(info.value)
     # A secret key that is not the public key's: no key in the text.
     other = upcall.curve_keypair()[1]

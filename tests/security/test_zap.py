@@ -121,7 +121,7 @@ def test_plain_endpoint_address_lists(peers):
 def test_publisher_admits_allowed_subscribers_only(peers):
     good, stranger = upcall.curve_keypair(), upcall.curve_keypair()
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", curve_server=SERVER, allow=[good[0]])
+        pub = bus.publisher("tcp://127.0.0.1:*", curve_server=SERVER, allow=[good[0]], bind=True)
         auth = bus.authenticator()
         ep = pub.last_endpoint
         ok = peers("sub", ep, server=SERVER[0], client=good)

@@ -32,7 +32,7 @@ def main() -> int:
     includes: list[str] = upcall.get_include()
     pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="feeds")
     with upcall.Bus(io_threads=1, thread_factory=upcall.python_threads) as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", kind="pub", linger=0.5)
+        pub = bus.publisher("tcp://127.0.0.1:*", kind="pub", linger=0.5, bind=True)
         sub = bus.subscribe(pub.last_endpoint, on_trade, topics=["trades.", b"fills."],
                             on_error=on_error, socket_options={"heartbeat_ivl": 1000})
         other = bus.subscribe([pub.last_endpoint], Prices(), thread_factory=pool.submit)

@@ -112,7 +112,7 @@ def test_pyzmq_single_frame_push_is_payload_with_empty_topic(zctx, endpoints, mo
 def test_upcall_feeds_pyzmq(zctx, endpoints, kind, transport):
     ep = endpoints(transport)
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None)
+        pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None, bind=True)
         zsock = _connected_reader(zctx, pub, kind, ep)
         try:
             expected = []
@@ -198,7 +198,7 @@ def test_default_publisher_sends_large_values_as_plain_msgpack(zctx, endpoints, 
     ep = endpoints(transport)
     values = _large_values()
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None)
+        pub = bus.publisher(ep, kind=kind, sndhwm=0 if kind == "pub" else None, bind=True)
         zsock = _connected_reader(zctx, pub, kind, ep)
         try:
             for name, value in values.items():
@@ -221,7 +221,7 @@ def test_out_of_band_frames_when_asked_for(zctx, endpoints, transport):
     ep = endpoints(transport)
     value = _large_values()["bytes"]
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, kind="push", oob_threshold=upcall.DEFAULT_OOB_THRESHOLD)
+        pub = bus.publisher(ep, kind="push", oob_threshold=upcall.DEFAULT_OOB_THRESHOLD, bind=True)
         zsock = _connected_reader(zctx, pub, "push", ep)
         try:
             pub.send(b"oob", {"v": value})
@@ -238,7 +238,7 @@ def test_out_of_band_frames_when_asked_for(zctx, endpoints, transport):
 def test_upcall_empty_topic_is_its_own_frame(zctx, endpoints):
     ep = endpoints("tcp")
     with upcall.Bus() as bus:
-        pub = bus.publisher(ep, kind="push")
+        pub = bus.publisher(ep, kind="push", bind=True)
         zsock = zctx.socket(zmq.PULL)
         try:
             zsock.connect(ep)

@@ -89,6 +89,7 @@ cdef extern from "bus.h" nogil:
         uc_event_kind kind
         uint32_t value
         const char *endpoint
+        int attempted
     ctypedef void (*uc_event_fn)(void *ctx, const uc_event *ev) noexcept nogil
 
     ctypedef struct uc_sub_opts:
@@ -195,6 +196,7 @@ cdef extern from "bus.h" nogil:
     void uc_pub_close(uc_pub *pub)
     const char *uc_pub_last_endpoint(const uc_pub *pub)
     void uc_pub_events(const uc_pub *pub, uint64_t *counts, int *peers)
+    uint64_t uc_pub_subscription_messages(const uc_pub *pub)
 
 
 cdef extern from "split.h" nogil:
