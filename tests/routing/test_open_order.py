@@ -28,7 +28,7 @@ def test_target_runs_only_after_subscribe_returns():
     shared = True
     early = []
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         ep = pub.last_endpoint
         # Keeps the shared socket open between the opens, so that each open
         # joins it while the flood runs (its prefix new to the socket each time).

@@ -51,7 +51,7 @@ def _expected(rounds, matched=MATCHED):
 
 def test_overlapping_prefixes_deliver_once_every_target_kind():
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
         ep = pub.last_endpoint
         cb, rec, counter, count = Inbox(), Recorder(), Counter(), Count()
         topics = [b"a", b"ab"]
@@ -76,7 +76,7 @@ def test_overlapping_prefixes_deliver_once_every_target_kind():
 @pytest.mark.parametrize("added", [b"abc", b""], ids=["longer", "shorter"])
 def test_overlap_added_later_delivers_once(added):
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
         ep = pub.last_endpoint
         cb, count = Inbox(), Count()
         subs = [bus.subscribe(ep, t, topics=[b"ab"], rcvhwm=0) for t in (cb, count)]
@@ -121,5 +121,5 @@ def test_overlapping_prefixes_asyncio_once():
         await asub.aclose()
 
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
         asyncio.run(main(bus, pub, pub.last_endpoint))

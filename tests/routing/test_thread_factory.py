@@ -31,7 +31,7 @@ def test_bus_factory_makes_the_shared_socket_thread():
     S = 1500      # more than a bus's default max_sockets allows sockets of their own
     factory = RecordingFactory()
     with upcall.Bus(thread_factory=factory) as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0)
+        pub = bus.publisher("tcp://127.0.0.1:*", sndhwm=0, bind=True)
         ep = pub.last_endpoint
         seen = [[] for _ in range(S)]
         threads = set()
@@ -58,7 +58,7 @@ def test_bus_factory_makes_the_shared_socket_thread():
 
 def test_bus_python_threads_shares_one_socket():
     with upcall.Bus(thread_factory=upcall.python_threads) as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         ep = pub.last_endpoint
         got, where = [], []
 
@@ -85,14 +85,14 @@ def test_bus_factory_error_raised_by_subscribe():
         raise Refused("no thread today")
 
     with upcall.Bus(thread_factory=factory) as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         with pytest.raises(Refused, match="no thread today"):
             bus.subscribe(pub.last_endpoint, lambda m: None, topics=[b"a"])
 
 
 def test_socket_limit_error_says_what_a_subscription_costs():
     with upcall.Bus(max_sockets=16) as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         subs = []
         with pytest.raises(upcall.ZMQError) as info:
             for i in range(16):

@@ -45,7 +45,7 @@ def test_churn_while_publisher_down_is_bounded_and_cancels(shared):
         # 13 MB here (130 bytes each); held and cancelled, nothing.
         assert grown < 4, f"{PAIRS} subscribe/unsubscribe pairs grew memory by {grown:.1f} MB"
         sub.subscribe(b"late")         # held: made once the publisher is up
-        pub = bus.publisher(ep)
+        pub = bus.publisher(ep, bind=True)
         pub.wait_subscriptions(2, timeout=DEADLINE)       # b"keep" and b"late"
         pub.send(b"u", "cancelled")
         pub.send(b"late", "late")
