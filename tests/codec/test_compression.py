@@ -15,7 +15,7 @@ lz4_block = pytest.importorskip("lz4.block")
 
 import upcall
 from upcall import _bus
-from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
+from helpers import (DEADLINE, Collector, marked, marked_error_then_good, make_pump, mode_kwargs,
                      wait_for)
 
 pytestmark = pytest.mark.skipif("lz4" not in upcall.COMPRESSION,
@@ -226,10 +226,11 @@ def test_compression_turns_out_of_band_frames_on(zctx, endpoints, oob_threshold)
     pull.close()
     refs = _refs(frames)
     if oob_threshold is None:
-        assert len(frames) == 3 and set(refs) == {"z"}
+        # [topic, payload, frame, marker]
+        assert len(frames) == 4 and set(refs) == {"z"}
         assert msgpack.unpackb(frames[1])["u"] == under
     else:
-        assert len(frames) == 4 and set(refs) == {"z", "u"}
+        assert len(frames) == 5 and set(refs) == {"z", "u"}
     assert refs["z"][0] == 1 and lz4_block.decompress(frames[2], uncompressed_size=len(ZEROS)) == ZEROS
 
 
@@ -317,8 +318,8 @@ def test_upcall_reads_a_pyzmq_lz4_frame(zctx, endpoints, transport, copy):
         push.connect(sub.last_endpoint)
         blob = TEXT
         frame = lz4_block.compress(blob, store_size=False)
-        push.send_multipart([b"t", msgpack.packb({"blob": _ref(2, len(blob), flags=1),
-                                                   "raw": _ref(3, 5)}), frame, b"hello"])
+        push.send_multipart(marked([b"t", msgpack.packb({"blob": _ref(2, len(blob), flags=1),
+                                                   "raw": _ref(3, 5)}), frame, b"hello"]))
         col.wait(1)
         got = col.items[0]
         assert got["blob"] == blob and got["raw"] == b"hello"
@@ -358,7 +359,7 @@ MALFORMED = [
 @pytest.mark.parametrize("name,frames,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_malformed_compressed_references_are_decode_errors(zctx, endpoints, mode, copy, name,
                                                           frames, reason):
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, frames,
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode, frames,
                                                   [b"t", GOOD], copy=copy)
     assert items == ["ok"]
     assert len(errors) == 1
@@ -384,9 +385,9 @@ def test_max_message_size_bounds_the_decompressed_size(zctx, endpoints):
         push.linger = 0
         push.connect(sub.last_endpoint)
         small = TEXT[:50_000]
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK])
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(small), flags=1)]),
-                             lz4_block.compress(small, store_size=False)])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK]))
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(small), flags=1)]),
+                             lz4_block.compress(small, store_size=False)]))
         col.wait(1)
         assert [bytes(v) for v in col.items[0]] == [small]
         assert [e.reason for e in errors] == ["message_size"]
@@ -416,7 +417,7 @@ def test_default_settings_refuse_a_frame_that_expands_past_the_bound(zctx, endpo
     # the subscriber allocate more than DEFAULT_MAX_DECOMPRESSED.
     assert len(_ZERO_BLOCK) < OVER_DEFAULT // 200
     bad = [b"t", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]), _ZERO_BLOCK]
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode, bad,
                                                   [b"t", GOOD], copy=copy)
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
@@ -431,20 +432,21 @@ def test_default_settings_refuse_a_frame_that_expands_past_the_bound(zctx, endpo
 
 @pytest.mark.parametrize("mode", MODES)
 def test_default_bound_is_for_the_sum_of_the_frames(zctx, endpoints, mode):
-    # 14 frames (as many as a message carries), each well under the bound,
+    # 13 frames (as many as a message carries), each well under the bound,
     # together over it: refused, whatever each frame is.
-    part = DEFAULT_BOUND // 13
+    n = upcall.MAX_OOB_FRAMES
+    part = DEFAULT_BOUND // (n - 1)
     block = lz4_block.compress(bytes(part), store_size=False)
-    refs = [_ref(2 + i, part, flags=1) for i in range(upcall.MAX_OOB_FRAMES)]
-    bad = [b"t", msgpack.packb(refs)] + [block] * upcall.MAX_OOB_FRAMES
-    assert part * 13 <= DEFAULT_BOUND < part * 14
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+    refs = [_ref(2 + i, part, flags=1) for i in range(n)]
+    bad = [b"t", msgpack.packb(refs)] + [block] * n
+    assert part * (n - 1) <= DEFAULT_BOUND < part * n
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode, bad,
                                                   [b"t", GOOD])
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
-    # The 14th reference (each 18 bytes, after the array's 1-byte header).
-    assert errors[0].offset == 1 + 13 * 18
-    assert f"at least {part * 14} bytes" in str(errors[0])
+    # The last reference (each 18 bytes, after the array's 1-byte header).
+    assert errors[0].offset == 1 + (n - 1) * 18
+    assert f"at least {part * n} bytes" in str(errors[0])
     assert stats["decode_errors"] == 1
     _wait_released()
 
@@ -452,7 +454,7 @@ def test_default_bound_is_for_the_sum_of_the_frames(zctx, endpoints, mode):
 @pytest.mark.parametrize("copy", [False, True])
 def test_max_message_size_bounds_the_sum_of_the_frames(zctx, endpoints, copy):
     # max_message_size=1 MB: each frame passes libzmq's per-frame check and
-    # decompresses to 100 kB; 14 of them are 1.4 MB once decompressed.
+    # decompresses to 100 kB; 13 of them are 1.3 MB once decompressed.
     limit = 1_000_000
     part = TEXT[:100_000]
     block = lz4_block.compress(part, store_size=False)
@@ -464,9 +466,9 @@ def test_max_message_size_bounds_the_sum_of_the_frames(zctx, endpoints, copy):
         push = zctx.socket(zmq.PUSH)
         push.linger = 0
         push.connect(sub.last_endpoint)
-        for n in (14, 9):
+        for n in (13, 9):
             refs = [_ref(2 + i, len(part), flags=1) for i in range(n)]
-            push.send_multipart([b"t", msgpack.packb(refs)] + [block] * n)
+            push.send_multipart(marked([b"t", msgpack.packb(refs)] + [block] * n))
         col.wait(1)
         assert len(col.items[0]) == 9 and all(bytes(v) == part for v in col.items[0])
         assert [e.reason for e in errors] == ["message_size"]
@@ -492,14 +494,14 @@ def test_max_message_size_counts_raw_frames_and_the_payload_too(zctx, endpoints)
         push.linger = 0
         push.connect(sub.last_endpoint)
         # 150 kB raw + 100 kB decompressed + a 60 kB payload: over.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1),
-                                                  "p" * 60_000]), raw, block])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1),
+                                                  "p" * 60_000]), raw, block]))
         # Two raw frames of 150 kB: over, no decompression involved.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, len(raw))]),
-                             raw, raw])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, len(raw))]),
+                             raw, raw]))
         # 150 kB raw + 100 kB decompressed + a small payload: within.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1)]),
-                             raw, block])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=1)]),
+                             raw, block]))
         col.wait(1)
         assert [bytes(v) for v in col.items[0]] == [raw, TEXT[:100_000]]
         assert [e.reason for e in errors] == ["message_size", "message_size"]
@@ -512,7 +514,7 @@ def test_decoder_max_len_applies_to_decompressed_values(zctx, endpoints, copy):
     # Decoder(max_len=...) bounds a value out of band as one inline: by its
     # size as delivered, refused before decompressing.
     bad = [b"t", msgpack.packb([_ref(2, len(TEXT), flags=1)]), _BLOCK]
-    items, errors, stats = decode_error_then_good(
+    items, errors, stats = marked_error_then_good(
         zctx, endpoints("ipc"), "python", bad, [b"t", GOOD], copy=copy,
         decoder=upcall.Decoder(max_len=1000))
     assert items == ["ok"]
@@ -528,7 +530,7 @@ def test_decoder_max_len_applies_to_decompressed_values(zctx, endpoints, copy):
         push = zctx.socket(zmq.PUSH)
         push.linger = 0
         push.connect(sub.last_endpoint)
-        push.send_multipart(bad)
+        push.send_multipart(marked(bad))
         col.wait(1)
         assert bytes(col.items[0][0]) == TEXT
         del col.items[:]
@@ -602,7 +604,7 @@ def test_decoding_leaves_the_collector_to_the_application(zctx, endpoints, mode)
             watcher.start()
             for phase in (1, 2):
                 for _ in range(count):
-                    push.send_multipart([b"t", payload, block])
+                    push.send_multipart(marked([b"t", payload, block]))
                 wait_for(lambda: (pump() if pump else None) or len(got) == phase * count
                          or changed, what=f"phase {phase}'s messages")
                 assert not changed, changed
@@ -646,13 +648,13 @@ def test_upcall_listen_bounds_what_a_message_decompresses_to(zctx, endpoints, tm
             # Each frame is small on the wire and within the limit once
             # decompressed; the two together are not.
             block = lz4_block.compress(TEXT[:150_000], store_size=False)
-            push.send_multipart([b"big", msgpack.packb([_ref(2, 150_000, flags=1),
+            push.send_multipart(marked([b"big", msgpack.packb([_ref(2, 150_000, flags=1),
                                                         _ref(3, 150_000, flags=1)]),
-                                 block, block])
+                                 block, block]))
         else:
-            push.send_multipart([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]),
-                                 _ZERO_BLOCK])
-        push.send_multipart([b"next", msgpack.packb(1)])
+            push.send_multipart(marked([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=1)]),
+                                 _ZERO_BLOCK]))
+        push.send_multipart(marked([b"next", msgpack.packb(1)]))
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
