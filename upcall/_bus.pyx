@@ -574,11 +574,14 @@ A zmq context and every subscription and publisher opened on it.
         read-only ``memoryview`` objects over the received frames, without a
         copy (False, the default), or as ``bytes`` (True).
         ``extensions``: True (the default) reads ext 126 as an out-of-band
-        reference and an ext 127 payload as coalesced messages (docs/wire.md);
-        False, for foreign producers that use those application codes for
-        themselves: both are delivered as plain ``upcall.ExtType`` values,
-        and a message with frames after its payload is a decode error
-        (``oob_unused``).
+        reference and an ext 127 payload as coalesced messages in upcall's
+        marked messages (docs/wire.md, "The marker frame"; a plain message's
+        ext 126/127 are always plain ``upcall.ExtType`` values); False: in
+        marked messages too, and a message with frames after its payload is
+        a decode error (``oob_unused``).
+        ``max_streams``: stamped streams tracked for loss accounting (None:
+        ``upcall.DEFAULT_MAX_STREAMS``); past it the oldest is forgotten
+        (docs/wire.md, "Stamps").
 
         ``options``: an :class:`upcall.SubscribeOptions` made before (these
         keywords, checked once and kept); keywords given beside it replace
