@@ -8,6 +8,12 @@ difference by the difference in N, so start-up and teardown cancel out.
         python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter|typed|typed-raw} N
         python bench/hotpath.py {zmq-map|synth-map} {asyncio|asyncio-batches} N
         python bench/hotpath.py routed:S func N
+        python bench/hotpath.py {tcp-map|tcp-map-stamped|tcp-coalesced|tcp-coalesced-stamped} func N
+
+tcp-map: the zmq-map flood over tcp on 127.0.0.1; -stamped: the publisher
+made with stamp=True (a marker frame per message, checked by the
+subscriber: docs/wire.md, "Stamps"); tcp-coalesced: the flood sent with
+send_many in batches of 64 (one marker per batch when stamped).
 
 routed:S: S routed subscriptions (bus.subscribe(), one shared SUB socket,
 csrc/route.c), prefixes r00000. .. on one inproc endpoint, each with its own
@@ -136,6 +142,30 @@ def _routed(bus, s, n):
     assert gate.stats["delivered"] == end.stats["delivered"] == 1
 
 
+def _tcp(bus, case, target, kw, n):
+    """tcp-map[-stamped], tcp-coalesced[-stamped] (module docstring)."""
+    stamped = case.endswith("-stamped")
+    sub = bus.subscribe("tcp://127.0.0.1:0", target, kind="pull", bind=True,
+                        batch=1024, rcvhwm=0, **kw)
+    pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, sndhwm=0,
+                        **({"stamp": True} if stamped else {}))
+    payload = small_payload()
+    if case.startswith("tcp-coalesced"):
+        import msgpack
+        obj = msgpack.unpackb(payload)
+        batch = [obj] * 64
+        for _ in range(n // 64):
+            pub.send_many(b"t", batch)
+    else:
+        for _ in range(n):
+            pub.send_packed(b"t", payload)
+    want = n - n % 64 if case.startswith("tcp-coalesced") else n
+    while sub.stats["delivered"] < want:
+        time.sleep(0.001)
+    assert sub.stats["delivered"] == want, sub.stats
+    assert not stamped or sub.stats["lost"] == 0, sub.stats
+
+
 def main(case, kind, n):
     if case.startswith("routed:"):
         with upcall.Bus(max_sockets=64) as bus:
@@ -146,6 +176,9 @@ def main(case, kind, n):
         with upcall.Bus() as bus:
             return _consume_async(bus, case, kind, n)
     target, kw = _target(kind)
+    if case.startswith("tcp-"):
+        with upcall.Bus() as bus:
+            return _tcp(bus, case, target, kw, n)
     with upcall.Bus() as bus:
         if case.startswith("synth"):
             payload = small_payload() if case == "synth-map" else NIL

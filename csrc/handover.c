@@ -204,7 +204,7 @@ int uc_ho_put(uc_ho *h, const uc_msg *batch, size_t n, size_t *took)
             break;
         }
         last = r;
-        r->kind = same ? UC_HO_MSG | UC_HO_SAME_TOPIC : UC_HO_MSG;
+        r->kind = UC_HO_MSG | (same ? UC_HO_SAME_TOPIC : 0) | (m->marked ? UC_HO_MARKED : 0);
         r->topic_len = (uint32_t)topic_len;
         r->size = m->payload.size;
         r->obj = NULL;

@@ -56,7 +56,10 @@ enum {
     /* UC_HO_MSG: the topic is the one the record before it in the block
      * stored (the messages of one coalesced zmq message: one copy of their
      * topic, not one each); only its payload follows the record. */
-    UC_HO_SAME_TOPIC = 0x200
+    UC_HO_SAME_TOPIC = 0x200,
+    /* UC_HO_MSG: upcall's marked message, read with the wire's extensions
+     * (docs/wire.md, "The marker frame"); unmarked payloads are plain msgpack. */
+    UC_HO_MARKED = 0x400
 };
 
 /* What the producer's calls return. */
@@ -69,7 +72,7 @@ enum {
 };
 
 typedef struct uc_ho_rec {
-    uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST, | UC_HO_SAME_TOPIC */
+    uint32_t kind;          /* UC_HO_MSG or UC_HO_OBJ, | UC_HO_LAST, | UC_HO_SAME_TOPIC, | UC_HO_MARKED */
     uint32_t topic_len;     /* UC_HO_MSG: the topic's length (0 for a queue that keeps no
                              * topic); its bytes follow the record unless UC_HO_SAME_TOPIC,
                              * then the payload's */

@@ -321,6 +321,20 @@ def make_msg(i):
             "b": bytes([i % 256]) * (i % 5)}
 
 
+def marked(frames):
+    """A message of upcall's own, as a foreign producer writes it when it
+    uses upcall's extensions (out-of-band references, a coalesced payload):
+    its frames, then the marker frame (docs/wire.md, "The marker frame")."""
+    import upcall
+    return list(frames) + [upcall.WIRE_MARKER]
+
+
+def marked_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
+    """decode_error_then_good with ``bad_frames`` marked as upcall's own."""
+    return decode_error_then_good(zctx, endpoint, mode, marked(bad_frames), good_frames,
+                                  **subscribe_kw)
+
+
 def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
     """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
     subscription (ipc, bound here) in ``mode``; wait for the good message.

@@ -358,7 +358,10 @@ cdef object _next_record(_Pending p):
         tl = r.topic_len
         p.off += uc_ho_rec_span(r)
         try:
-            obj = p.decoder.decode_wire(uc_ho_rec_payload(r), <Py_ssize_t>r.size)
+            if r.kind & UC_HO_MARKED:    # upcall's own: its extensions apply (docs/wire.md)
+                obj = p.decoder.decode_wire(uc_ho_rec_payload(r), <Py_ssize_t>r.size)
+            else:
+                obj = p.decoder.decode_view(uc_ho_rec_payload(r), <Py_ssize_t>r.size)
         except BaseException as exc:
             verdict = _loop_decode_error(p, exc, t, tl, uc_ho_rec_payload(r), <size_t>r.size)
             if verdict == UC_DELIVER_MORE:

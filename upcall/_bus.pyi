@@ -66,13 +66,18 @@ def python_threads(run: _Run) -> None:
 EVENT_STATS: tuple[str, ...]
 
 class ConnectionEvent:
-    """One connection event of a subscription or a publisher (``on_event``)."""
+    """One connection event of a subscription or a publisher (``on_event``),
+    or a gap in a stamped stream (kind "gap": stream, first, count)."""
     kind: str
     cause: str | None
     endpoint: str
     value: int
+    stream: int | None
+    first: int | None
+    count: int | None
     def __init__(self, kind: str, endpoint: str, cause: str | None = None,
-                 value: int = 0) -> None: ...
+                 value: int = 0, stream: int | None = None, first: int | None = None,
+                 count: int | None = None) -> None: ...
 
 @final
 class Subscription:
@@ -88,8 +93,11 @@ class Subscription:
     @property
     def stats(self) -> dict[str, int]:
         """received, delivered, filtered, batches, decode_errors, callback_errors, dropped,
-        zmq_received (zmq messages; a coalesced one holds many messages), and
-        the connection events' counts (EVENT_STATS)."""
+        zmq_received (zmq messages; a coalesced one holds many messages), the
+        loss of stamped messages (lost, gaps, streams, unstamped, reordered,
+        duplicates, streams_forgotten) and the connection events' counts (EVENT_STATS)."""
+    def streams(self) -> dict[int, dict[str, int]]:
+        """Per stamped stream: received, lost, gaps, next_seq."""
     @property
     def peers(self) -> int | None:
         """Connections up now (None: unknown, inproc:// only)."""
@@ -151,7 +159,14 @@ class Publisher:
     def closed(self) -> bool: ...
     @property
     def stats(self) -> dict[str, int]:
-        """The connection events' counts (EVENT_STATS)."""
+        """sent, sent_bytes, dropped, dropped_bytes and the connection events' counts (EVENT_STATS)."""
+    @property
+    def stream(self) -> int | None:
+        """The random id of this instance's stamps (None without stamp=True)."""
+    def stream_of(self, topic: Topic) -> int | None:
+        """The stream id of ``topic``'s stamped messages (None without stamp=True)."""
+    def streams(self) -> dict[int, dict[str, Any]]:
+        """Per stamped topic: {"topic": bytes, "numbered": n}."""
     @property
     def peers(self) -> int | None:
         """Connections up now (None: unknown, inproc://)."""
@@ -200,6 +215,11 @@ DEFAULT_MAX_DELAY: float
 DEFAULT_MAX_BATCH: int
 DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
+# The marker frame a foreign producer appends to a message using upcall's
+# wire extensions (docs/wire.md, "The marker frame").
+WIRE_MARKER: bytes
+# Stamped streams a subscription tracks without max_streams= (docs/wire.md, "Stamps").
+DEFAULT_MAX_STREAMS: int
 # Decompressed bytes per message without subscribe(max_message_size=...).
 DEFAULT_MAX_DECOMPRESSED: int
 # Decompressed bytes one batch list (and one async queue) may hold without
@@ -233,6 +253,7 @@ class SubscribeAsyncKwargs(TypedDict, total=False):
     max_topics: int | None
     on_event: Callable[[ConnectionEvent], Any] | None
     extensions: bool
+    max_streams: int | None
     allow: AllowedKeys | None
     authenticate: bool
     shared: bool
@@ -263,6 +284,8 @@ class PublisherKwargs(TypedDict, total=False):
     allow: AllowedKeys | None
     authenticate: bool
     on_event: Callable[[ConnectionEvent], Any] | None
+    stamp: bool
+    on_full: Literal["drop", "block"]
 
 class _Option:
     """One keyword argument: name, default, check (value -> value kept), help."""

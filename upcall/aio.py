@@ -344,6 +344,10 @@ class AsyncSubscription:
         stats["queued_bytes"] = queued_bytes
         return stats
 
+    def streams(self) -> dict[int, dict[str, int]]:
+        """What arrived of each stamped stream (see Subscription.streams)."""
+        return self._sub.streams()
+
     @property
     def queue_size(self) -> int:
         return self._bridge.queue_size

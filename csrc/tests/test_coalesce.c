@@ -73,8 +73,10 @@ static int reader_open(reader *r)
     return r->pull && zmq_bind(r->pull, r->ep) == 0;
 }
 
+static int objects(const char *buf, int n);
+
 /* The next zmq message's payload (frame 2), waiting up to timeout_ms:
- * its length, or -1. */
+ * its length, or -1 (also for a marker where none belongs). */
 static int reader_next(reader *r, char *buf, size_t cap, int timeout_ms)
 {
     zmq_pollitem_t it = {.socket = r->pull, .events = ZMQ_POLLIN};
@@ -84,6 +86,16 @@ static int reader_next(reader *r, char *buf, size_t cap, int timeout_ms)
     if (zmq_recv(r->pull, topic, sizeof topic, 0) < 0)
         return -1;
     int n = zmq_recv(r->pull, buf, cap, 0);
+    /* A batch ends with the marker frame (wire.h); a plain message has none. */
+    int more = 0;
+    size_t more_len = sizeof more;
+    while (n >= 0 && zmq_getsockopt(r->pull, ZMQ_RCVMORE, &more, &more_len) == 0 && more) {
+        char mark[UC_MARK_STAMPED_SIZE];
+        int m = zmq_recv(r->pull, mark, sizeof mark, 0);
+        uc_mark mk;
+        if (m != UC_MARK_SIZE || !uc_mark_unpack(mark, (size_t)m, &mk) || objects(buf, n) < 2)
+            return -1;
+    }
     return n;
 }
 

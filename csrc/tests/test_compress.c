@@ -197,10 +197,19 @@ static int test_send_compressed_frame(void)
     zmq_setsockopt(pull, ZMQ_RCVTIMEO, &ms, sizeof ms);
     zmq_msg_t m;
     zmq_msg_init(&m);
-    for (int i = 0; i < 3; i++) {
+    /* [topic, payload, frame, marker]: the frame is the third. */
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    for (int i = 0; i < 4; i++) {
         CHECK(zmq_msg_recv(&m, pull, 0) >= 0);
-        CHECK_EQ(zmq_msg_more(&m), i < 2);
+        CHECK_EQ(zmq_msg_more(&m), i < 3);
+        if (i == 2)
+            zmq_msg_copy(&frame, &m);
     }
+    uc_mark mk;
+    CHECK(uc_mark_unpack(zmq_msg_data(&m), zmq_msg_size(&m), &mk) && !mk.stamped);
+    zmq_msg_copy(&m, &frame);
+    zmq_msg_close(&frame);
     CHECK_EQ(zmq_msg_size(&m), c);
     char *back = malloc(N);
     CHECK(back);

@@ -257,12 +257,13 @@ static int send_script(uc_pub *p)
     unsigned char buf[64], body[16];
     for (int i = 0; i < 10; i++)
         body[i] = (unsigned char)i;
+    /* Sent as batches: with the marker frame that makes them upcall's. */
     size_t n = coalesced(buf, 1, body, 10);
-    CHECK_EQ(uc_pub_send(p, "t", 1, buf, n, -1), UC_OK);
+    CHECK_EQ(uc_pub_send_batch(p, "t", 1, buf, n, 10, -1, 0), UC_OK);
     CHECK_EQ(uc_pub_send(p, "t", 1, "\x2a", 1, -1), UC_OK);
     const unsigned char cut[] = {0x0a, 0x0b, 0x0c, 0xcd, 0x01}; /* uint16 cut */
     n = coalesced(buf, 1, cut, sizeof cut);
-    CHECK_EQ(uc_pub_send(p, "t", 1, buf, n, -1), UC_OK);
+    CHECK_EQ(uc_pub_send_batch(p, "t", 1, buf, n, 4, -1, 0), UC_OK);
     CHECK_EQ(uc_pub_send(p, "t", 1, "\x2b", 1, -1), UC_OK);
     return 0;
 }

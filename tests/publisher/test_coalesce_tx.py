@@ -309,9 +309,9 @@ def test_uncoalesced_sends_keep_topic_order(bus, receiver):
     pub.flush()
     got = [m for _, m in r.wait(5)]
     assert got[:3] == [1, 2, 3] and got[4] == 5
-    if r.frames is not None:                       # [topic, payload, blob]
+    if r.frames is not None:                       # [topic, payload, blob, marker]
         assert len(r.frames) == 5
-        assert len(r.frames[3]) == 3 and r.frames[3][2] == b"x" * 1000
+        assert len(r.frames[3]) == 4 and r.frames[3][2] == b"x" * 1000
     else:
         assert bytes(got[3]["blob"]) == b"x" * 1000
 
@@ -343,7 +343,8 @@ def test_send_many_out_of_band_on_a_coalescing_publisher(bus, receiver):
     got = [m for _, m in r.wait(3)]
     assert got[0] == 1 and got[2] == 3
     if r.frames is not None:
-        assert [len(f) for f in r.frames] == [2, 3, 2] and r.frames[1][2] == b"y" * 1000
+        # the out-of-band one alone, with its marker frame (docs/wire.md)
+        assert [len(f) for f in r.frames] == [2, 4, 2] and r.frames[1][2] == b"y" * 1000
     else:
         assert bytes(got[1]["blob"]) == b"y" * 1000
 

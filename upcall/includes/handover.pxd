@@ -11,6 +11,7 @@ cdef extern from "handover.h" nogil:
         UC_HO_KIND
         UC_HO_LAST
         UC_HO_SAME_TOPIC
+        UC_HO_MARKED
         UC_HO_OK
         UC_HO_SLOW
         UC_HO_ENDED

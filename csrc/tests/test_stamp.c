@@ -1,0 +1,79 @@
+/* A stamping publisher's streams (stamp.c): one per topic, found again,
+ * distinct per publisher instance, bounded (a full table starts afresh). */
+#include "stamp.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "bus.h"
+#include "check.h"
+
+static int test_one_stream_per_topic(void)
+{
+    uc_stamps a, b;
+    CHECK_EQ(uc_stamps_init(&a, 0), UC_OK);
+    CHECK_EQ(uc_stamps_init(&b, 0), UC_OK);
+    uc_stamp_entry *x = uc_stamps_get(&a, "x", 1);
+    uc_stamp_entry *y = uc_stamps_get(&a, "y", 1);
+    CHECK(x && y && x != y && x->stream != y->stream);
+    CHECK(x->stream && y->stream);
+    CHECK(uc_stamps_get(&a, "x", 1) == x);
+    CHECK_EQ(uc_stamps_stream_of(&a, "x", 1), x->stream);
+    /* Another publisher instance: other streams for the same topics. */
+    CHECK(uc_stamps_stream_of(&b, "x", 1) != x->stream);
+    /* The empty topic is a topic too. */
+    uc_stamp_entry *e = uc_stamps_get(&a, "", 0);
+    CHECK(e && e != x && e != y);
+    uc_stamps_free(&a);
+    uc_stamps_free(&b);
+    return 0;
+}
+
+static int test_many_topics_found(void)
+{
+    uc_stamps t;
+    CHECK_EQ(uc_stamps_init(&t, 5000), UC_OK);
+    char name[32];
+    for (int i = 0; i < 3000; i++) {
+        int n = snprintf(name, sizeof name, "topic.%d", i);
+        uc_stamp_entry *e = uc_stamps_get(&t, name, (size_t)n);
+        CHECK(e);
+        e->next = (uint64_t)i;
+    }
+    for (int i = 0; i < 3000; i++) {
+        int n = snprintf(name, sizeof name, "topic.%d", i);
+        uc_stamp_entry *e = uc_stamps_get(&t, name, (size_t)n);
+        CHECK(e && e->next == (uint64_t)i);
+    }
+    CHECK_EQ(t.n, 3000);
+    CHECK_EQ(t.restarts, 0);
+    uc_stamps_free(&t);
+    return 0;
+}
+
+static int test_full_table_starts_afresh(void)
+{
+    uc_stamps t;
+    CHECK_EQ(uc_stamps_init(&t, 3), UC_OK);
+    uc_stamp_entry *a = uc_stamps_get(&t, "a", 1);
+    CHECK(a);
+    uint64_t first = a->stream;
+    a->next = 42;
+    CHECK(uc_stamps_get(&t, "b", 1) && uc_stamps_get(&t, "c", 1));
+    CHECK(uc_stamps_get(&t, "d", 1));            /* the fourth: all forgotten */
+    CHECK_EQ(t.restarts, 1);
+    CHECK_EQ(t.n, 1);
+    a = uc_stamps_get(&t, "a", 1);
+    CHECK(a && a->next == 0 && a->stream != first);   /* a new stream, not a gap */
+    uc_stamps_free(&t);
+    return 0;
+}
+
+int main(void)
+{
+    run("one_stream_per_topic", test_one_stream_per_topic);
+    run("many_topics_found", test_many_topics_found);
+    run("full_table_starts_afresh", test_full_table_starts_afresh);
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
