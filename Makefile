@@ -1,6 +1,6 @@
 # upcall: the two commands are `make test` and `make bench`.
 # Each one installs what it needs: libzmq, liblz4 and libzstd headers (Debian
-# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing (network-namespace
+# libzmq3-dev, liblz4-dev, libzstd-dev) when pkg-config cannot find them, iproute2 when `ip` is missing and nftables when `nft` is (network-namespace
 # tests), a virtual environment .venv, the package in editable mode with its
 # test and dist dependency groups and its bench and plot extras.
 
@@ -63,6 +63,12 @@ deps: .deps.stamp
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 >/dev/null; \
+	fi
+	@if ! command -v nft >/dev/null 2>&1; then \
+	  echo "nft not found: installing nftables with apt-get (tests/cluster/test_cluster.py)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nftables >/dev/null; \
 	fi
 	@touch $@
 
