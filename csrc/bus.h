@@ -100,6 +100,12 @@ typedef struct uc_msg {
      * code (uc_split_errname). */
     const uc_frame *wire;
     int fault;
+    /* The zmq message ended with upcall's marker frame (wire.h): its payload
+     * is read with the wire's extensions (ext 126 references, ext 127
+     * batches); 0: a plain message, ext 126/127 in it are plain values.  The
+     * marker itself is in no field: not in extra, n_extra nor n_frames.
+     * (Beside fault: the padding before fault_offset.) */
+    int marked;
     size_t fault_offset;
     /* The authenticated identity of the connection it came from (the ZAP
      * User-Id: a CURVE client's Z85 public key), valid as the frames are;
@@ -223,8 +229,41 @@ typedef enum {
     UC_EV_HANDSHAKE_FAILED_PROTOCOL,
     UC_EV_HANDSHAKE_FAILED_AUTH,
     UC_EV_HANDSHAKE_FAILED_NO_DETAIL,
-    UC_EV_COUNT                       /* not an event: how many kinds */
+    UC_EV_COUNT,                      /* not an event: how many kinds */
+    /* Not a connection event and not in the counts: a gap in a stamped
+     * stream (uc_event.gap; streams.h), reported by a subscription's loop
+     * through the same callback. */
+    UC_EV_GAP = 64
 } uc_event_kind;
+
+/* ---- loss accounting (streams.c; docs/wire.md, "Stamps") --------------- */
+
+/* Streams tracked per subscription socket unless told otherwise. */
+#define UC_STREAMS_DEFAULT_MAX 1024
+
+typedef struct uc_stream_counts {
+    uint64_t lost;        /* messages missing: the sum of every gap */
+    uint64_t gaps;        /* how many gaps */
+    uint64_t streams;     /* streams seen (a forgotten one seen again: twice) */
+    uint64_t stamped;     /* stamped messages received (duplicates excluded) */
+    uint64_t reordered;   /* messages that arrived after a later one (no longer lost) */
+    uint64_t duplicates;  /* messages whose number had already arrived */
+    uint64_t forgotten;   /* streams forgotten at the bound */
+} uc_stream_counts;
+
+typedef struct uc_stream_info {
+    uint64_t id;
+    uint64_t received;
+    uint64_t lost;
+    uint64_t gaps;
+    uint64_t next_seq;    /* the number expected next */
+} uc_stream_info;
+
+typedef struct uc_gap {
+    uint64_t stream;
+    uint64_t first;       /* the first missing number */
+    uint64_t count;       /* how many are missing */
+} uc_gap;
 
 typedef struct uc_event {
     uc_event_kind kind;
@@ -233,6 +272,7 @@ typedef struct uc_event {
      * (protocol, auth) or errno (no detail). */
     uint32_t value;
     const char *endpoint;             /* the endpoint the event is about */
+    uc_gap gap;                       /* UC_EV_GAP only */
 } uc_event;
 
 /* Called on the thread that reads the socket's monitor (a subscription's
@@ -292,6 +332,7 @@ typedef struct uc_sub_opts {
     uc_curve curve;               /* all zero: a plain endpoint */
     const uc_sockopt *sockopts;   /* more libzmq options, n_sockopts of them */
     size_t n_sockopts;
+    size_t max_streams;           /* stamped streams tracked (0: UC_STREAMS_DEFAULT_MAX) */
     int plain_ext;                /* the wire's extensions off (docs/wire.md): an
                                      ext 127 payload is not split but delivered
                                      as one message, for foreign producers */
@@ -360,6 +401,12 @@ int uc_sub_finished(const uc_sub *sub);
 void uc_sub_free(uc_sub *sub);
 
 void uc_sub_stats(const uc_sub *sub, uc_stats *out);
+
+/* Loss accounting of stamped messages (streams.h), any thread: the counts
+ * (all 0 for a source without a socket), and up to cap streams, oldest
+ * first (returns how many).  A routed subscription reads its socket's. */
+void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out);
+size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap);
 void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);
 
 /* Thread mode: wait up to timeout_ms (< 0: forever) for the loop to end by
@@ -428,6 +475,16 @@ typedef struct uc_pub_opts {
     size_t max_batch, max_bytes, max_topics;
     uc_event_fn on_event;         /* may be NULL; called on the monitor thread */
     void *event_ctx;
+    /* Stamps (docs/wire.md, "Stamps"): stamp != 0 ends every message with
+     * a marker frame carrying its stream (one per topic) and sequence
+     * number; at most stamp_max_topics topics (0: the default) are held. */
+    int stamp;
+    size_t stamp_max_topics;
+    /* UC_PUB at a full subscriber pipe (ZMQ_XPUB_NODROP, so that libzmq
+     * says so): drop_at_mark != 0 drops the message and counts it (the
+     * send succeeds); 0 makes the send wait as a PUSH does (timeout_ms,
+     * then UC_ERR_AGAIN).  UC_PUSH always waits. */
+    int drop_at_mark;
 } uc_pub_opts;
 
 typedef struct uc_pub uc_pub;
@@ -495,6 +552,36 @@ int uc_pub_send_ex(uc_pub *pub, const void *topic, size_t topic_len,
  * coalesce), or a send's error with the rest still pending.  flags:
  * UC_SEND_TRY as above. */
 int uc_pub_flush(uc_pub *pub, int timeout_ms, int flags);
+
+/* uc_pub_send_ex for a payload that is already a coalesced batch (ext 127)
+ * of `count` messages (count >= 2), built by the caller (send_many): sent
+ * with the marker, stamped as `count` messages. */
+int uc_pub_send_batch(uc_pub *pub, const void *topic, size_t topic_len,
+                      const void *payload, size_t payload_len, size_t count,
+                      int timeout_ms, int flags);
+
+/* What a publisher sent and dropped, messages (each message of a coalesced
+ * batch counted) and payload bytes (a batch's whole payload; out-of-band
+ * frames included).  dropped: refused at a full subscriber pipe with
+ * drop_at_mark (a UC_PUB).  Any thread (relaxed atomics). */
+typedef struct uc_pub_counts {
+    uint64_t sent, sent_bytes, dropped, dropped_bytes;
+} uc_pub_counts;
+void uc_pub_counts_get(uc_pub *pub, uc_pub_counts *out);
+
+/* A stamping publisher's streams, one per topic: fn(ctx, stream, topic,
+ * topic_len, numbered) for each (numbered: messages given a number, sent
+ * or dropped).  Under the senders' mutex: not from a send's own thread
+ * while it sends.  Its base id: *base (0 when the publisher does not
+ * stamp).  UC_OK. */
+int uc_pub_streams(uc_pub *pub, uint64_t *base,
+                   void (*fn)(void *ctx, uint64_t stream, const char *topic, size_t topic_len,
+                              uint64_t numbered),
+                   void *ctx);
+
+/* The stream id a stamping publisher gives `topic` now (0 when it does
+ * not stamp). */
+uint64_t uc_pub_stream_of(uc_pub *pub, const void *topic, size_t topic_len);
 
 /* Messages waiting in open batches now (0 without coalescing).  Never
  * waits (not even for a sender blocked at the high-water mark). */

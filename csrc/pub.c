@@ -75,7 +75,11 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         free(p);
         return uc_open_failed(err, UC_ERR_SYS, e);
     }
-    int code = o->coalesce ? uc_pub_coalesce_open(p, o) : UC_OK;
+    p->stamp = o->stamp;
+    p->drop_at_mark = o->kind == UC_PUB && o->drop_at_mark;
+    int code = o->stamp ? uc_stamps_init(&p->stamps, o->stamp_max_topics) : UC_OK;
+    if (code == UC_OK && o->coalesce)
+        code = uc_pub_coalesce_open(p, o);
     if (code == UC_OK)
         code = uc_bus_sock_open(bus);
     if (code == UC_OK) {
@@ -90,6 +94,9 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         if (p->sock
             && zmq_getsockopt(p->sock, ZMQ_FD, &p->zfd, &fd_len) == 0
             && (o->kind != UC_PUB || !uc_sock_set_int(p->sock, ZMQ_XPUB_VERBOSER, 1))
+            /* A full subscriber pipe refuses the message instead of
+             * dropping it unseen: counted (drop_at_mark) or waited for. */
+            && (o->kind != UC_PUB || !uc_sock_set_int(p->sock, ZMQ_XPUB_NODROP, 1))
             && !uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)
@@ -122,6 +129,7 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         }
         close(p->efd);
         free(p->watch);
+        uc_stamps_free(&p->stamps);
         pthread_mutex_destroy(&p->wmu);
         pthread_mutex_destroy(&p->mu);
         free(p);
@@ -306,6 +314,7 @@ void uc_pub_close(uc_pub *p)
         pthread_cond_destroy(&p->cv);
     }
     free(p->watch);
+    uc_stamps_free(&p->stamps);
     pthread_mutex_destroy(&p->wmu);
     pthread_mutex_destroy(&p->mu);
     uc_bus *bus = p->bus;
@@ -325,4 +334,52 @@ void uc_pub_events(const uc_pub *p, uint64_t *counts, int *peers)
 const char *uc_pub_last_endpoint(const uc_pub *p)
 {
     return p ? p->last_endpoint : "";
+}
+
+/* ---- counters and streams ------------------------------------------------ */
+
+void uc_pub_counts_get(uc_pub *p, uc_pub_counts *out)
+{
+    out->sent = atomic_load_explicit(&p->sent, memory_order_relaxed);
+    out->sent_bytes = atomic_load_explicit(&p->sent_bytes, memory_order_relaxed);
+    out->dropped = atomic_load_explicit(&p->dropped, memory_order_relaxed);
+    out->dropped_bytes = atomic_load_explicit(&p->dropped_bytes, memory_order_relaxed);
+}
+
+typedef struct each_ctx {
+    void (*fn)(void *ctx, uint64_t stream, const char *topic, size_t topic_len, uint64_t numbered);
+    void *ctx;
+} each_ctx;
+
+static void each_stream(void *ctx, const uc_stamp_entry *e)
+{
+    each_ctx *c = ctx;
+    c->fn(c->ctx, e->stream, e->topic, e->len, e->sent);
+}
+
+int uc_pub_streams(uc_pub *p, uint64_t *base,
+                   void (*fn)(void *ctx, uint64_t stream, const char *topic, size_t topic_len,
+                              uint64_t numbered),
+                   void *ctx)
+{
+    *base = 0;
+    if (!p->stamp)
+        return UC_OK;
+    pthread_mutex_lock(&p->mu);
+    *base = p->stamps.base ? p->stamps.base : 1;
+    each_ctx c = {fn, ctx};
+    if (fn)
+        uc_stamps_each(&p->stamps, each_stream, &c);
+    pthread_mutex_unlock(&p->mu);
+    return UC_OK;
+}
+
+uint64_t uc_pub_stream_of(uc_pub *p, const void *topic, size_t topic_len)
+{
+    if (!p->stamp)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    uint64_t id = uc_stamps_stream_of(&p->stamps, topic, topic_len);
+    pthread_mutex_unlock(&p->mu);
+    return id;
 }

@@ -75,7 +75,8 @@ static int send_batch_locked(uc_pub *p, uc_batch *b, send_ctx *sc)
 {
     size_t len;
     const char *payload = uc_batch_payload(b, &len);
-    int rc = uc_pub_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0, sc->timeout_ms,
+    int rc = uc_pub_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0,
+                                b->count > 1 ? b->count : 0, sc->timeout_ms,
                                 sc->caller_sub, &sc->took_loop_wake);
     if (rc == UC_OK)
         uc_batch_clear(&p->co, b);
@@ -113,7 +114,7 @@ int uc_pub_coalesce_locked(uc_pub *p, const void *topic, size_t topic_len,
     if (uc_coal_alone(&p->co, len)) {
         rc = uc_pub_send_topic_batch_locked(p, topic, topic_len, sc);
         return rc != UC_OK ? rc
-                           : uc_pub_send_locked(p, topic, topic_len, msg, len, NULL, 0, sc->timeout_ms,
+                           : uc_pub_send_locked(p, topic, topic_len, msg, len, NULL, 0, 0, sc->timeout_ms,
                                                 sc->caller_sub, &sc->took_loop_wake);
     }
     uc_batch *b;
@@ -185,7 +186,8 @@ static void *flusher_main(void *arg)
             const char *payload = uc_batch_payload(b, &len);
             int rc = uc_pub_send_refused(p);
             if (rc == UC_OK)
-                rc = uc_pub_try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0);
+                rc = uc_pub_try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0,
+                                            b->count > 1 ? b->count : 0);
             if (rc == UC_OK) {
                 uc_batch_clear(&p->co, b);
                 if (atomic_load_explicit(&p->n_watch, memory_order_seq_cst)) {
@@ -226,7 +228,8 @@ int uc_pub_flush_at_close(uc_pub *p, int timeout_ms)
     while ((b = uc_coal_oldest(&p->co)) != NULL) {
         size_t len;
         const char *payload = uc_batch_payload(b, &len);
-        int rc = uc_pub_try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0);
+        int rc = uc_pub_try_send_locked(p, b->topic, b->topic_len, payload, len, NULL, 0,
+                                        b->count > 1 ? b->count : 0);
         if (rc == UC_OK) {
             uc_batch_clear(&p->co, b);
             continue;

@@ -17,6 +17,7 @@
 #include "monitor.h"
 #include "oob.h"
 #include "sockopt.h"
+#include "stamp.h"
 
 struct uc_pub {
     uc_bus *bus;        /* referenced while the socket is open */
@@ -51,6 +52,13 @@ struct uc_pub {
     int *watch;
     size_t watch_cap;
     atomic_size_t n_watch;  /* read without wmu on every release of the mutex */
+    /* Stamps and the policy at a full pipe (fixed at open); the streams
+     * under the mutex. */
+    int stamp;
+    int drop_at_mark;
+    uc_stamps stamps;
+    /* Written under the mutex, read by anyone (relaxed). */
+    _Atomic uint64_t sent, sent_bytes, dropped, dropped_bytes;
 };
 
 /* Sends between two readings of the subscription messages (pub.c): a
@@ -88,16 +96,17 @@ long uc_pub_close_ms_left(uc_pub *p);
 
 /* ---- pub_send.c (for the coalescer and the flusher) --------------------- */
 
-/* One attempt at sending a whole message, never waiting (mutex held). */
+/* One attempt at sending a whole message, never waiting (mutex held).
+ * count: the messages in a coalesced payload (>= 2), 0 for one message. */
 int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
-                           const uc_oob_frame *frames, size_t n_frames);
+                           const uc_oob_frame *frames, size_t n_frames, size_t count);
 
 /* A send with the senders' mutex held, waiting as uc_pub_send does. */
 int uc_pub_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
-                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
-                       uc_sub *caller_sub, int *took_loop_wake);
+                       const uc_oob_frame *frames, size_t n_frames, size_t count,
+                       int timeout_ms, uc_sub *caller_sub, int *took_loop_wake);
 
 /* Take the senders' mutex: at once (UC_SEND_TRY), or waiting for it. */
 int uc_pub_lock_sender(uc_pub *p, int flags);

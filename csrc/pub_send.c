@@ -26,6 +26,10 @@
  * entries at the end of the file. */
 #define UC_SEND_PATH static inline __attribute__((always_inline))
 
+/* How often a send waiting at a full pipe of an XPUB looks again (see
+ * send_locked): the socket cannot be polled for room. */
+#define UC_NODROP_RETRY_MS 1
+
 static int send_retry(void *sock, const void *buf, size_t len, int flags)
 {
     int rc;
@@ -34,14 +38,59 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
     return rc;
 }
 
+static inline void count_add(_Atomic uint64_t *c, uint64_t n)
+{
+    /* One writer at a time (the mutex): no read-modify-write needed. */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static uint64_t frames_bytes(const uc_oob_frame *frames, size_t n_frames)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; i < n_frames; i++)
+        b += frames[i].cbuf ? uc_cbuf_size(frames[i].cbuf) : frames[i].size;
+    return b;
+}
+
+/* A message the mark refused, with drop_at_mark: counted, and its numbers
+ * used up, so that its subscribers see the gap. */
+static __attribute__((noinline)) int drop_at_mark(uc_pub *p, uc_stamp_entry *e, size_t msgs,
+                                                  size_t payload_len,
+                                                  const uc_oob_frame *frames, size_t n_frames)
+{
+    if (e) {
+        e->next += msgs;
+        e->sent += msgs;
+    }
+    count_add(&p->dropped, msgs);
+    count_add(&p->dropped_bytes, payload_len + frames_bytes(frames, n_frames));
+    return UC_OK;
+}
+
 /* One attempt at sending a whole message, never waiting (mutex held):
  * UC_OK, UC_ERR_AGAIN (the high-water mark: nothing was sent) or
  * UC_ERR_ZMQ.  The mark is checked on a message's first frame only: once it
- * is accepted the rest of the message goes through without blocking. */
+ * is accepted the rest of the message goes through without blocking.
+ * count: the messages of a coalesced payload (0: one plain message).  The
+ * message ends with the marker frame (wire.h) when it uses an extension
+ * (frames, a batch) or the publisher stamps. */
 UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
-                           const uc_oob_frame *frames, size_t n_frames)
+                           const uc_oob_frame *frames, size_t n_frames, size_t count)
 {
+    unsigned char mark[UC_MARK_STAMPED_SIZE];
+    size_t mark_len = 0, msgs = count ? count : 1;
+    uc_stamp_entry *e = NULL;
+    if (__builtin_expect(p->stamp, 0)) {
+        if (!(e = uc_stamps_get(&p->stamps, topic, topic_len))) {
+            errno = ENOMEM;
+            return UC_ERR_ZMQ;
+        }
+        mark_len = uc_mark_pack(mark, 1, e->stream, e->next, (uint32_t)msgs);
+    } else if (n_frames || count) {
+        mark_len = uc_mark_pack(mark, 0, 0, 0, 0);
+    }
     if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         if (errno != EAGAIN)
             return UC_ERR_ZMQ;
@@ -52,16 +101,20 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
         int events = 0;
         size_t events_len = sizeof events;
         if (zmq_getsockopt(p->sock, ZMQ_EVENTS, &events, &events_len) != 0
-            || !(events & ZMQ_POLLOUT))
+            || !(events & ZMQ_POLLOUT)
+            || send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            if (errno != EAGAIN)
+                return UC_ERR_ZMQ;
+            if (p->drop_at_mark)
+                return drop_at_mark(p, e, msgs, payload_len, frames, n_frames);
             return UC_ERR_AGAIN;
-        if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-            return errno == EAGAIN ? UC_ERR_AGAIN : UC_ERR_ZMQ;
+        }
     }
-    if (send_retry(p->sock, payload, payload_len, n_frames ? ZMQ_SNDMORE : 0) < 0)
+    if (send_retry(p->sock, payload, payload_len, n_frames || mark_len ? ZMQ_SNDMORE : 0) < 0)
         return UC_ERR_ZMQ;
     for (size_t i = 0; i < n_frames; i++) {
         const uc_oob_frame *f = &frames[i];
-        int flags = i + 1 < n_frames ? ZMQ_SNDMORE : 0;
+        int flags = i + 1 < n_frames || mark_len ? ZMQ_SNDMORE : 0;
         zmq_msg_t m;
         if (f->cbuf) {
             /* Compressed: libzmq owns a reference to the buffer. */
@@ -95,6 +148,14 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
             return UC_ERR_ZMQ;
         }
     }
+    if (mark_len && send_retry(p->sock, mark, mark_len, 0) < 0)
+        return UC_ERR_ZMQ;
+    if (e) {
+        e->next += msgs;
+        e->sent += msgs;
+    }
+    count_add(&p->sent, msgs);
+    count_add(&p->sent_bytes, payload_len + (n_frames ? frames_bytes(frames, n_frames) : 0));
     if (p->kind == UC_PUB && ++p->sends_since_drain >= DRAIN_EVERY) {
         p->sends_since_drain = 0;
         uc_pub_drain_subscriptions(p);   /* only to free them: a failure is the next call's */
@@ -109,7 +170,7 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
  * once the mutex is released. */
 UC_SEND_PATH int send_locked(uc_pub *p, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
-                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
+                       const uc_oob_frame *frames, size_t n_frames, size_t count, int timeout_ms,
                        uc_sub *caller_sub, int *took_loop_wake)
 {
     struct timespec deadline;
@@ -121,7 +182,7 @@ UC_SEND_PATH int send_locked(uc_pub *p, const void *topic, size_t topic_len,
             return rc;
         /* Always try without blocking first; only a full pipe waits, and it
          * waits in zmq_poll with the eventfds so that closing interrupts it. */
-        rc = try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
+        rc = try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames, count);
         if (rc != UC_ERR_AGAIN)
             return rc;
         if (caller_sub && uc_sub_stop_requested(caller_sub))
@@ -129,8 +190,14 @@ UC_SEND_PATH int send_locked(uc_pub *p, const void *topic, size_t topic_len,
         long wait = timeout_ms < 0 ? -1 : timeout_ms == 0 ? 0 : uc_ms_left(&deadline);
         if (wait == 0)
             return UC_ERR_AGAIN;
+        /* An XPUB that refuses at a full pipe (ZMQ_XPUB_NODROP) still
+         * reports POLLOUT (libzmq's XPUB always has "room"): it is not
+         * polled, and the wait looks again every UC_NODROP_RETRY_MS. */
+        int nodrop = p->kind == UC_PUB;
+        if (nodrop && (wait < 0 || wait > UC_NODROP_RETRY_MS))
+            wait = UC_NODROP_RETRY_MS;
         zmq_pollitem_t items[4] = {
-            {.socket = p->sock, .events = ZMQ_POLLOUT},
+            {.socket = nodrop ? NULL : p->sock, .fd = -1, .events = nodrop ? 0 : ZMQ_POLLOUT},
             {.socket = NULL, .fd = p->efd, .events = ZMQ_POLLIN},
             {.socket = NULL, .fd = uc_bus_closing_fd(p->bus), .events = ZMQ_POLLIN},
             {.socket = NULL, .fd = caller_sub ? uc_sub_wake_fd(caller_sub) : -1, .events = ZMQ_POLLIN},
@@ -196,9 +263,33 @@ static int unlock_sender(uc_pub *p, const send_ctx *sc, int rc)
     return rc;
 }
 
+static int send_entry(uc_pub *p, const void *topic, size_t topic_len,
+                      const void *payload, size_t payload_len,
+                      const uc_oob_frame *frames, size_t n_frames, size_t count,
+                      int timeout_ms, int flags);
+
 int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
                    const void *payload, size_t payload_len,
                    const uc_oob_frame *frames, size_t n_frames, int timeout_ms, int flags)
+{
+    return send_entry(p, topic, topic_len, payload, payload_len, frames, n_frames, 0,
+                      timeout_ms, flags);
+}
+
+int uc_pub_send_batch(uc_pub *p, const void *topic, size_t topic_len,
+                      const void *payload, size_t payload_len, size_t count,
+                      int timeout_ms, int flags)
+{
+    if (count < 2 || count > UINT32_MAX || (flags & UC_SEND_COALESCE))
+        return UC_ERR_ARG;
+    return send_entry(p, topic, topic_len, payload, payload_len, NULL, 0, count,
+                      timeout_ms, flags);
+}
+
+UC_SEND_PATH int send_entry(uc_pub *p, const void *topic, size_t topic_len,
+                            const void *payload, size_t payload_len,
+                            const uc_oob_frame *frames, size_t n_frames, size_t count,
+                            int timeout_ms, int flags)
 {
     int rc = check_send_args(p, &topic, topic_len, &payload, payload_len);
     if (rc != UC_OK)
@@ -217,7 +308,7 @@ int uc_pub_send_ex(uc_pub *p, const void *topic, size_t topic_len,
         rc = p->coalesce ? uc_pub_send_topic_batch_locked(p, topic, topic_len, &sc) : UC_OK;
         if (rc == UC_OK)
             rc = send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames,
-                                    timeout_ms, sc.caller_sub, &sc.took_loop_wake);
+                             count, timeout_ms, sc.caller_sub, &sc.took_loop_wake);
     }
     return unlock_sender(p, &sc, rc);
 }
@@ -238,18 +329,18 @@ int uc_pub_try_send(uc_pub *p, const void *topic, size_t topic_len,
 
 int uc_pub_try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                            const void *payload, size_t payload_len,
-                           const uc_oob_frame *frames, size_t n_frames)
+                           const uc_oob_frame *frames, size_t n_frames, size_t count)
 {
-    return try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames);
+    return try_send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames, count);
 }
 
 int uc_pub_send_locked(uc_pub *p, const void *topic, size_t topic_len,
                        const void *payload, size_t payload_len,
-                       const uc_oob_frame *frames, size_t n_frames, int timeout_ms,
-                       uc_sub *caller_sub, int *took_loop_wake)
+                       const uc_oob_frame *frames, size_t n_frames, size_t count,
+                       int timeout_ms, uc_sub *caller_sub, int *took_loop_wake)
 {
-    return send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames, timeout_ms,
-                       caller_sub, took_loop_wake);
+    return send_locked(p, topic, topic_len, payload, payload_len, frames, n_frames, count,
+                       timeout_ms, caller_sub, took_loop_wake);
 }
 
 int uc_pub_lock_sender(uc_pub *p, int flags)

@@ -592,6 +592,13 @@ static struct uc_mon *member_monitor(uc_sub *s)
     return c->ops->monitor ? c->ops->monitor(c) : NULL;
 }
 
+static struct uc_streams *member_streams(uc_sub *s)
+{
+    /* Stamps are read where the socket is: the carrier's accounting. */
+    uc_sub *c = ((route_member *)s)->r->carrier;
+    return c->ops->streams ? c->ops->streams(c) : NULL;
+}
+
 static const uc_sub_ops member_ops = {
     .run = member_run,
     .finalize = member_finalize,
@@ -602,6 +609,7 @@ static const uc_sub_ops member_ops = {
     .hold = member_hold,
     .endpoint = member_endpoint,
     .monitor = member_monitor,
+    .streams = member_streams,
     .no_wake_fd = 1,
 };
 

@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include "sub_impl.h"
 #include "monitor.h"
+#include "streams.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -556,6 +557,21 @@ void uc_sub_events(uc_sub *s, uint64_t *counts, int *peers)
             counts[i] = m ? atomic_load_explicit(&m->counts[i], memory_order_relaxed) : 0;
     if (peers)
         *peers = m ? atomic_load_explicit(&m->peers, memory_order_relaxed) : -1;
+}
+
+void uc_sub_stream_counts(uc_sub *s, uc_stream_counts *out)
+{
+    struct uc_streams *t = s && s->ops->streams ? s->ops->streams(s) : NULL;
+    if (t)
+        uc_streams_counts(t, out);
+    else
+        memset(out, 0, sizeof *out);
+}
+
+size_t uc_sub_streams(uc_sub *s, uc_stream_info *out, size_t cap)
+{
+    struct uc_streams *t = s && s->ops->streams ? s->ops->streams(s) : NULL;
+    return t ? uc_streams_snapshot(t, out, cap) : 0;
 }
 
 void uc_sub_stats(const uc_sub *s, uc_stats *out)

@@ -60,6 +60,9 @@ typedef struct uc_sub_ops {
     /* uc_sub_events (bus.h): a source with a socket monitor (monitor.h).
      * NULL: no connection events (all counts 0). */
     struct uc_mon *(*monitor)(uc_sub *s);
+    /* uc_sub_stream_counts, uc_sub_streams (bus.h): a source that reads
+     * upcall's marker frames (a zmq socket).  NULL: no stamps (all 0). */
+    struct uc_streams *(*streams)(uc_sub *s);
 
     /* 1: the subscription has no eventfd (efd -1): a source that never
      * waits on its own (a routed subscription, route.c, is handed its

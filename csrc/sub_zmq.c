@@ -30,6 +30,7 @@
 #include "bus_impl.h"
 #include "monitor.h"
 #include "split.h"
+#include "streams.h"
 #include "oob_impl.h"
 #include "util.h"
 
@@ -77,6 +78,7 @@ typedef struct zmq_source {
     int with_sender;   /* subscribe(with_sender=True): read each zmq message's User-Id */
     uc_split split;
     size_t split_first, split_kept;
+    struct uc_streams *streams; /* loss accounting of stamped messages (fixed) */
 
     /* Topic changes, under sub.mu (tickets count them from 1). */
     topic_change *changes;       /* queued, oldest first */
@@ -122,8 +124,9 @@ static int recv_frame(zmq_msg_t *m, void *sock, int flags)
  * frames are views[split_first...].  Returns the new n. */
 static size_t split_into(zmq_source *z, size_t n, size_t limit)
 {
+    /* Only a marked message is split: [topic, payload, marker]. */
     const uc_frame *v = &z->views[z->split_first];
-    const uc_frame *wire = z->split_kept == 1 ? &v[0] : &v[1];
+    const uc_frame *wire = &v[1];
     while (n < limit) {
         uc_frame part;
         int r = uc_split_next(&z->split, &part);
@@ -132,15 +135,11 @@ static size_t split_into(zmq_source *z, size_t n, size_t limit)
             break;
         }
         uc_msg *m = &z->msgs[n++];
-        if (z->split_kept == 1) {
-            m->topic.data = "";
-            m->topic.size = 0;
-        } else {
-            m->topic = v[0];
-        }
+        m->topic = v[0];
         m->extra = NULL;
         m->n_extra = 0;
-        m->n_frames = z->split_kept;
+        m->n_frames = 2;
+        m->marked = 1;
         m->wire = wire;
         m->user_id = z->with_sender ? zmq_msg_gets(&z->pool[z->split_first], "User-Id") : NULL;
         if (r == UC_SPLIT_MSG) {
@@ -189,7 +188,7 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         /* Its frames are at the front of the pool now (release_batch). */
         used = z->split_kept;
         view_frames(z, 0, used);
-        z->split.data = z->views[used - 1].data;
+        z->split.data = z->views[1].data;
         n = split_into(z, 0, limit);
     }
     while (n < limit && z->pool_cap - used >= UC_MAX_FRAMES) {
@@ -235,6 +234,14 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         view_frames(z, used, kept);
         uc_frame *v = &z->views[used];
         uc_msg *m = &z->msgs[n];
+        /* upcall's marker, the last frame (wire.h): one compare for a
+         * plain [topic, payload] message. */
+        uc_mark mark;
+        int marked = __builtin_expect(kept >= 3, 0) && kept == total
+                     && uc_mark_unpack(v[kept - 1].data, v[kept - 1].size, &mark);
+        if (marked && mark.stamped)
+            uc_streams_note(z->streams, mark.stream, mark.seq, mark.count);
+        size_t body = kept - (size_t)marked;
         if (kept == 1) {
             m->topic.data = "";
             m->topic.size = 0;
@@ -243,20 +250,21 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
             m->topic = v[0];
             m->payload = v[1];
         }
-        m->n_extra = kept > 2 ? kept - 2 : 0;
+        m->n_extra = body > 2 ? body - 2 : 0;
         m->extra = m->n_extra ? &v[2] : NULL;
-        m->n_frames = total;
+        m->n_frames = total - (size_t)marked;
+        m->marked = marked;
         m->wire = NULL;
         m->fault = 0;
         /* The property lookup only when asked for: nothing otherwise. */
         m->user_id = __builtin_expect(z->with_sender, 0) ? zmq_msg_gets(first, "User-Id") : NULL;
-        /* plain_ext is read only for an ext 127 payload: an ordinary one
-         * pays nothing for the option. */
-        if (__builtin_expect(uc_split_begin(&z->split, m->payload.data, m->payload.size), 0)
-            && !z->plain_ext) {
-            if (total > 2) {
+        /* Only a marked message may be a coalesced batch: an unmarked
+         * ext 127 payload is a foreign producer's plain value. */
+        if (__builtin_expect(marked, 0) && !z->plain_ext
+            && uc_split_begin(&z->split, m->payload.data, m->payload.size)) {
+            if (body > 2) {
                 /* Coalesced with out-of-band frames: one report, whole. */
-                m->wire = kept == 1 ? &v[0] : &v[1];
+                m->wire = &v[1];
                 m->fault = UC_SPLIT_ERR_OOB;
                 m->fault_offset = SIZE_MAX;
                 m->payload.size = 0;
@@ -287,6 +295,20 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
     }
     z->pool_used = used;
     return n;
+}
+
+/* The gaps the batch just drained opened: one event each, through the
+ * connection events' callback (bus.h, UC_EV_GAP), before the batch is
+ * handed over.  A branch per batch when there are none. */
+static void report_gaps(zmq_source *z)
+{
+    uc_gap g;
+    while (__builtin_expect(uc_streams_take_gap(z->streams, &g), 0)) {
+        if (!z->mon.fn)
+            continue;
+        uc_event ev = {.kind = UC_EV_GAP, .value = 0, .endpoint = z->first, .gap = g};
+        z->mon.fn(z->mon.ctx, &ev);
+    }
 }
 
 /* Give the frames of the delivered batch back to zmq (large frames are
@@ -521,6 +543,7 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_ZMQ_RECEIVED], zmq_msgs, memory_order_relaxed);
             if (dropped)
                 atomic_fetch_add_explicit(&s->stats[UC_STAT_DROPPED], dropped, memory_order_relaxed);
+            report_gaps(z);
             /* After a batch that hit a limit, more may be queued: zmq's
              * readiness is edge-like, so only poll once the socket ran dry
              * (and no coalesced payload is half split). */
@@ -600,6 +623,7 @@ static void zmq_destroy(uc_sub *s)
     free(z->more);
     free(z->resolved);
     free(z->bs);
+    uc_streams_free(z->streams);
     free_changes(z->changes); /* queued for a loop that ended first */
 }
 
@@ -681,7 +705,9 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         z->more = calloc(n_eps - 1, sizeof *z->more);
     z->resolved = calloc(n_eps, sizeof *z->resolved);
     z->bs = calloc(n_eps, sizeof *z->bs);
-    if (!z->pool || !z->views || !z->msgs || (n_eps > 1 && !z->more) || !z->resolved || !z->bs) {
+    z->streams = uc_streams_new(o->max_streams);
+    if (!z->pool || !z->views || !z->msgs || (n_eps > 1 && !z->more) || !z->resolved || !z->bs
+        || !z->streams) {
         uc_sub_discard(s);
         *err = UC_ERR_NOMEM;
         return NULL;
@@ -761,6 +787,11 @@ static uc_mon *zmq_monitor(uc_sub *s)
     return &((zmq_source *)s)->mon;
 }
 
+static struct uc_streams *zmq_streams(uc_sub *s)
+{
+    return ((zmq_source *)s)->streams;
+}
+
 static const uc_sub_ops zmq_sub_ops = {
     .run = zmq_run,
     .finalize = zmq_finalize,
@@ -771,6 +802,7 @@ static const uc_sub_ops zmq_sub_ops = {
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
     .monitor = zmq_monitor,
+    .streams = zmq_streams,
 };
 
 static const uc_sub_ops zmq_pull_ops = {
@@ -780,4 +812,5 @@ static const uc_sub_ops zmq_pull_ops = {
     .endpoint = zmq_endpoint,
     .hold = zmq_hold,
     .monitor = zmq_monitor,
+    .streams = zmq_streams,
 };

@@ -29,8 +29,8 @@ extern "C" {
 
 /* The two msgpack extension codes the format takes for itself: the top of
  * the application range (0..127), so that 0..125 stay free for
- * applications.  A foreign producer may use them too: a subscription made
- * with extensions=False reads both as plain ext values. */
+ * applications.  A foreign producer may use them too: they are read as the
+ * format's only in a message that ends with a marker frame (below). */
 #define UC_EXT_OOB 126          /* an out-of-band reference, anywhere in a payload */
 #define UC_EXT_COALESCED 127    /* a coalesced batch, only as the whole payload */
 
@@ -54,9 +54,10 @@ static inline int uc_wire_ext_marker(unsigned char b)
  * small (sub_zmq.c) and the decoder's "frame used" set one 32-bit word. */
 #define UC_WIRE_MAX_FRAMES 16
 
-/* So one message carries at most 14 out-of-band values; a publisher packs
- * the 15th and later ones inline. */
-#define UC_WIRE_MAX_OOB (UC_WIRE_MAX_FRAMES - UC_WIRE_FIRST_OOB_FRAME)
+/* The last frame of a message using out-of-band values is its marker (see
+ * "the marker frame"), so one message carries at most 13 of them; a
+ * publisher packs the 14th and later ones inline. */
+#define UC_WIRE_MAX_OOB (UC_WIRE_MAX_FRAMES - UC_WIRE_FIRST_OOB_FRAME - 1)
 
 /* ------------------------------------------- out-of-band reference (126) */
 
@@ -166,6 +167,88 @@ static inline int uc_batch_header_pack(unsigned char *h, size_t total)
     h[5] = UC_EXT_COALESCED;
     h[6] = UC_BATCH_VERSION;
     return 0;
+}
+
+/* ------------------------------------------------------ the marker frame */
+
+/* upcall's own messages end with one more frame, the marker: a message is
+ * read with the extensions above (ext 126 as a reference, an ext 127
+ * payload as a batch) only when its last frame is a marker, so a plain
+ * [topic, payload] message, whatever ext codes a foreign producer puts in
+ * it, is read as plain msgpack.  A publisher adds the marker to a message
+ * that uses an extension (out-of-band frames, a coalesced payload) and,
+ * with stamp=True, to every message, carrying its stream and sequence:
+ *
+ *     bytes 0-3    magic     c1 75 63 77 ("\xc1ucw"; c1 is never msgpack)
+ *     byte 4       version   UC_MARK_VERSION
+ *     byte 5       flags     UC_MARK_STAMPED, other bits 0
+ *     bytes 6-7    reserved  0
+ *   stamped only (UC_MARK_STAMPED_SIZE bytes in all):
+ *     bytes 8-15   stream    u64, the publisher instance's random id
+ *     bytes 16-23  seq       u64, the first message's sequence number
+ *     bytes 24-27  count     u32, the messages in the zmq message (>= 1)
+ *
+ * A last frame that is not exactly one of these two layouts is no marker:
+ * the message is foreign, read as plain msgpack (its frames after the
+ * payload are then unreferenced: oob_unused). */
+#define UC_MARK_SIZE 8
+#define UC_MARK_STAMPED_SIZE 28
+#define UC_MARK_VERSION 1
+#define UC_MARK_STAMPED 0x01
+#define UC_MARK_MAGIC "\xc1ucw"
+#define UC_MARK_MAGIC_SIZE 4
+
+/* A marker as read from the wire. */
+typedef struct uc_mark {
+    int stamped;
+    uint64_t stream;
+    uint64_t seq;
+    uint32_t count;
+} uc_mark;
+
+/* Write a marker into out (UC_MARK_STAMPED_SIZE bytes of room); returns
+ * its size.  stamped = 0: stream, seq and count are not written. */
+static inline size_t uc_mark_pack(unsigned char *out, int stamped, uint64_t stream,
+                                  uint64_t seq, uint32_t count)
+{
+    for (int i = 0; i < UC_MARK_MAGIC_SIZE; i++)
+        out[i] = (unsigned char)UC_MARK_MAGIC[i];
+    out[4] = UC_MARK_VERSION;
+    out[5] = stamped ? UC_MARK_STAMPED : 0;
+    out[6] = out[7] = 0;
+    if (!stamped)
+        return UC_MARK_SIZE;
+    uc_wire_put_be(out + 8, stream, 8);
+    uc_wire_put_be(out + 16, seq, 8);
+    uc_wire_put_be(out + 24, count, 4);
+    return UC_MARK_STAMPED_SIZE;
+}
+
+/* 1 when data[0:len] is a marker (read into *m), else 0.  Two compares
+ * reject almost every frame that is not one (its size). */
+static inline int uc_mark_unpack(const void *data, size_t len, uc_mark *m)
+{
+    const unsigned char *d = (const unsigned char *)data;
+    if (len != UC_MARK_SIZE && len != UC_MARK_STAMPED_SIZE)
+        return 0;
+    for (int i = 0; i < UC_MARK_MAGIC_SIZE; i++)
+        if (d[i] != (unsigned char)UC_MARK_MAGIC[i])
+            return 0;
+    int stamped = len == UC_MARK_STAMPED_SIZE;
+    if (d[4] != UC_MARK_VERSION || d[5] != (stamped ? UC_MARK_STAMPED : 0) || d[6] || d[7])
+        return 0;
+    m->stamped = stamped;
+    if (stamped) {
+        m->stream = uc_wire_get_be(d + 8, 8);
+        m->seq = uc_wire_get_be(d + 16, 8);
+        m->count = (uint32_t)uc_wire_get_be(d + 24, 4);
+        if (m->count == 0)
+            return 0;
+    } else {
+        m->stream = m->seq = 0;
+        m->count = 0;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------- faults */

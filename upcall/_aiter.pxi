@@ -94,7 +94,8 @@ cdef extern from *:
     #define UC_HO_CHECK_NS 200000000  /* a full queue looks at the loop this often */
 
     enum { UC_HO_MSG = 0, UC_HO_OBJ = 1, UC_HO_KIND = 0xff,
-           UC_HO_LAST = 0x100 /* the last record of a batch: sub.batches() ends its list there */ };
+           UC_HO_LAST = 0x100, /* the last record of a batch: sub.batches() ends its list there */
+           UC_HO_MARKED = 0x200 /* upcall's marked message: read with the wire's extensions */ };
     enum { UC_HO_OK = 0, UC_HO_SLOW = 1, UC_HO_ENDED = 2, UC_HO_CHECK = 3, UC_HO_FULL = 4 };
 
     typedef struct uc_ho_rec {
@@ -249,7 +250,7 @@ cdef extern from *:
                 break;
             }
             last = r;
-            r->kind = UC_HO_MSG;
+            r->kind = UC_HO_MSG | (m->marked ? UC_HO_MARKED : 0);
             r->topic_len = (uint32_t)m->topic.size;
             r->size = m->payload.size;
             r->obj = NULL;
@@ -416,6 +417,7 @@ cdef extern from *:
         UC_HO_OBJ
         UC_HO_KIND
         UC_HO_LAST
+        UC_HO_MARKED
         UC_HO_OK
         UC_HO_SLOW
         UC_HO_ENDED
@@ -781,7 +783,10 @@ cdef object _next_record(_Pending p):
         tl = r.topic_len
         p.off += uc_ho_rec_size(tl + r.size)
         try:
-            obj = p.decoder.decode_wire(t + tl, <Py_ssize_t>r.size)
+            if r.kind & UC_HO_MARKED:
+                obj = p.decoder.decode_wire(t + tl, <Py_ssize_t>r.size)
+            else:
+                obj = p.decoder.decode_view(t + tl, <Py_ssize_t>r.size)
         except BaseException as exc:
             verdict = _loop_decode_error(p, exc, t, tl, <size_t>r.size)
             if verdict == UC_DELIVER_MORE:

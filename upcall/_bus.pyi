@@ -197,6 +197,11 @@ DEFAULT_MAX_DELAY: float
 DEFAULT_MAX_BATCH: int
 DEFAULT_MAX_BYTES: int
 MAX_OOB_FRAMES: int
+# The marker frame a foreign producer appends to a message using upcall's
+# wire extensions (docs/wire.md, "The marker frame").
+WIRE_MARKER: bytes
+# Stamped streams a subscription tracks without max_streams= (docs/wire.md, "Stamps").
+DEFAULT_MAX_STREAMS: int
 # Decompressed bytes per message without subscribe(max_message_size=...).
 DEFAULT_MAX_DECOMPRESSED: int
 COMPRESSION: tuple[str, ...]

@@ -705,6 +705,7 @@ A zmq context and every subscription and publisher opened on it.
         o.rcvhwm = -1 if opts.rcvhwm is None else opts.rcvhwm
         o.max_message_size = mms
         o.plain_ext = 0 if opts.extensions else 1
+        o.max_streams = opts.max_streams
         o.with_sender = 1 if opts.with_sender else 0
         sub._with_sender = opts.with_sender
         _fill_curve(&o.curve, curve)
@@ -802,7 +803,7 @@ A zmq context and every subscription and publisher opened on it.
         """The source joining the bus's router for these endpoints and socket
         options, opened now if there is none (or the last one has closed);
         None when it cannot be opened."""
-        key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, repr(curve),
+        key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, opts.max_streams, repr(curve),
                tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
         cdef _Router router = self._routers.get(key)
         if router is None or router.closed:
@@ -907,6 +908,8 @@ A zmq context and every subscription and publisher opened on it.
         o.max_batch = opts.max_batch
         o.max_bytes = opts.max_bytes
         o.max_topics = _MAX_TOPICS
+        o.stamp = 1 if opts.stamp else 0
+        o.drop_at_mark = 1 if opts.on_full == "drop" else 0
         pub._coalesce = UC_SEND_COALESCE if opts.coalesce else 0
         pub._max_batch, pub._max_bytes = o.max_batch, o.max_bytes
         o.sockopts = _sockopt_array(sockopts)

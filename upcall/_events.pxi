@@ -45,21 +45,33 @@ class ConnectionEvent:
     handler refused it) or "no_detail"; ``endpoint``: the endpoint it is
     about (as bound or connected); ``value``: libzmq's number for it (the
     retry interval in ms for connect_retried, the ZMQ_PROTOCOL_ERROR_*
-    code for a failed handshake, an errno for no_detail, else the fd)."""
-    __slots__ = ("kind", "cause", "endpoint", "value")
+    code for a failed handshake, an errno for no_detail, else the fd).
 
-    def __init__(self, kind, endpoint, cause=None, value=0):
+    ``kind`` "gap" (a subscription only, not counted with the connection
+    events): messages of a stamped stream never arrived (docs/wire.md,
+    "Stamps"); ``stream`` names the stream, ``first`` the first missing
+    sequence number, ``count`` how many are missing (all three None for
+    the other kinds)."""
+    __slots__ = ("kind", "cause", "endpoint", "value", "stream", "first", "count")
+
+    def __init__(self, kind, endpoint, cause=None, value=0, stream=None, first=None,
+                 count=None):
         self.kind, self.endpoint, self.cause, self.value = kind, endpoint, cause, value
+        self.stream, self.first, self.count = stream, first, count
 
     def __repr__(self):
+        if self.kind == "gap":
+            return (f"<upcall.ConnectionEvent gap {self.endpoint} stream {self.stream:#018x} "
+                    f"first {self.first} count {self.count}>")
         cause = f" ({self.cause})" if self.cause else ""
         return f"<upcall.ConnectionEvent {self.kind}{cause} {self.endpoint}>"
 
     def __eq__(self, other):
         if not isinstance(other, ConnectionEvent):
             return NotImplemented
-        return (self.kind, self.cause, self.endpoint, self.value) == \
-               (other.kind, other.cause, other.endpoint, other.value)
+        return (self.kind, self.cause, self.endpoint, self.value, self.stream, self.first,
+                self.count) == (other.kind, other.cause, other.endpoint, other.value,
+                                other.stream, other.first, other.count)
 
     __hash__ = None
 
@@ -72,6 +84,7 @@ cdef class _EventSink:
     cdef _RateLimit warn_log      # handshake refusals
     cdef _RateLimit info_log      # handshakes that failed with no detail
     cdef _RateLimit debug_log     # the rest
+    cdef _RateLimit gap_log       # gaps in stamped streams
     cdef long calling             # the thread running on_event now (0: none)
 
     def __cinit__(self, str label, object on_event):
@@ -80,9 +93,13 @@ cdef class _EventSink:
         self.warn_log = _RateLimit(logging.WARNING)
         self.info_log = _RateLimit(logging.INFO)
         self.debug_log = _RateLimit(logging.DEBUG)
+        self.gap_log = _RateLimit(logging.WARNING)
 
     cdef void handle(self, const uc_event *ev) noexcept:
         cdef int k = <int>ev.kind
+        if k == <int>UC_EV_GAP:
+            self.gap(ev)
+            return
         if k < 0 or k >= <int>UC_EV_COUNT:
             return
         _, kind, cause = _EVENT_NAMES[k]
@@ -105,11 +122,31 @@ cdef class _EventSink:
                                extra={"endpoint": endpoint, "event": kind})
         except BaseException as exc:
             _event_exception(exc, self.label)
+        self.call(ConnectionEvent(kind, endpoint, cause, ev.value))
+
+    cdef void gap(self, const uc_event *ev) noexcept:
+        """A gap in a stamped stream: a WARNING line (rate-limited), then
+        on_event."""
+        endpoint = (<bytes>ev.endpoint).decode("utf-8", "replace")
+        cdef _RateLimit lim = self.gap_log
+        try:
+            if _event_log.isEnabledFor(lim.level) and lim.admit(self.label):
+                _event_log.warning("%s: lost %d message(s) of stream %#018x from number %d",
+                                   self.label, ev.gap.count, ev.gap.stream, ev.gap.first,
+                                   extra={"endpoint": endpoint, "event": "gap",
+                                          "stream": ev.gap.stream, "first": ev.gap.first,
+                                          "count": ev.gap.count})
+        except BaseException as exc:
+            _event_exception(exc, self.label)
+        self.call(ConnectionEvent("gap", endpoint, None, 0, ev.gap.stream, ev.gap.first,
+                                  ev.gap.count))
+
+    cdef void call(self, object event) noexcept:
         if self.on_event is None:
             return
         self.calling = threading.get_ident()
         try:
-            self.on_event(ConnectionEvent(kind, endpoint, cause, ev.value))
+            self.on_event(event)
         except BaseException as exc:
             # Like a target's exception, it never stops the socket.
             _event_exception(exc, self.on_event)

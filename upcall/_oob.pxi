@@ -52,8 +52,23 @@ _CODECS = tuple(uc_codec_at(_i).name.decode() for _i in range(uc_codec_count()))
 #: (and the one ``compression=`` uses): values of this many bytes or more go
 #: out of band (PERF.md, "Large payloads").  The default is None: never.
 DEFAULT_OOB_THRESHOLD = 16 * 1024
-#: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2); more go inline.
+#: Out-of-band values one message carries at most (UC_MAX_FRAMES - 2, less
+#: the marker frame); more go inline.
 MAX_OOB_FRAMES = UC_WIRE_MAX_OOB
+
+
+cdef bytes _wire_marker():
+    cdef unsigned char buf[UC_MARK_STAMPED_SIZE]
+    cdef size_t n = uc_mark_pack(buf, 0, 0, 0, 0)
+    return PyBytes_FromStringAndSize(<const char *>buf, <Py_ssize_t>n)
+
+
+#: The marker frame of an unstamped message (docs/wire.md, "The marker
+#: frame"): the last frame of a message whose payload uses upcall's wire
+#: extensions (out-of-band references, a coalesced batch).  A foreign
+#: producer that writes them appends it: ``[topic, payload, *frames,
+#: WIRE_MARKER]``.
+WIRE_MARKER = _wire_marker()
 #: Bytes the compressed out-of-band frames of one message may decompress to,
 #: in all, for a subscription given no ``max_message_size`` (docs/security.md).
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024

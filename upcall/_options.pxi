@@ -170,7 +170,10 @@ _SUBSCRIBE_OPTIONS = (
     _Option("on_event", None, _callable_or_none("on_event"), _A,
             "on_event(upcall.ConnectionEvent) for each connection event"),
     _Option("extensions", True, _strict_bool("extensions"), _AS,
-            "read ext 126/127 as upcall's wire extensions (False: plain ExtType values)"),
+            "read ext 126/127 as upcall's wire extensions in marked messages (False: never)"),
+    _Option("max_streams", None, _int_or_none("max_streams", 1, 2 ** 24,
+                                              f"None: {DEFAULT_MAX_STREAMS}", DEFAULT_MAX_STREAMS),
+            _A, "stamped publisher streams tracked (the oldest forgotten first)"),
     _Option("allow", None, _allow_check, _A,
             "CURVE client public keys this CURVE server admits (with the bus's)"),
     _Option("authenticate", False, _strict_bool("authenticate"), _A,
@@ -212,6 +215,10 @@ _PUBLISHER_OPTIONS = (
             "ask the bus's authenticator about every peer (address lists, plain too)"),
     _Option("on_event", None, _callable_or_none("on_event"), 0,
             "on_event(upcall.ConnectionEvent) for each connection event"),
+    _Option("stamp", False, _strict_bool("stamp"), 0,
+            "stamp every message with its stream and sequence number (loss you can see)"),
+    _Option("on_full", "drop", _one_of("on_full", ("drop", "block")), 0,
+            "pub at a full subscriber pipe: drop and count, or block (wait, then raise)"),
 )
 
 

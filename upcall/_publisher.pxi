@@ -76,6 +76,7 @@ cdef struct _send_args:
     size_t size
     const uc_oob_frame *frames
     size_t n_frames
+    size_t count            # a coalesced payload's messages (send_many), else 0
     int flags
 
 
@@ -84,12 +85,23 @@ cdef struct _send_args:
 _NO_PEER = "no peer connected: nothing has connected to or accepted this publisher"
 
 
+cdef void _collect_stream(void *ctx, uint64_t stream, const char *topic, size_t topic_len,
+                          uint64_t numbered) noexcept nogil:
+    with gil:
+        (<dict>ctx)[stream] = {"topic": PyBytes_FromStringAndSize(topic, <Py_ssize_t>topic_len),
+                               "numbered": numbered}
+
+
 cdef int _send_step(object owner, int slice_ms, void *arg) except -1:
     cdef _send_args *a = <_send_args *>arg
     cdef int rc
     with nogil:
-        rc = uc_pub_send_ex(a.c, a.topic, a.topic_len, a.data, a.size,
-                            a.frames, a.n_frames, slice_ms, a.flags)
+        if a.count:
+            rc = uc_pub_send_batch(a.c, a.topic, a.topic_len, a.data, a.size, a.count,
+                                   slice_ms, a.flags)
+        else:
+            rc = uc_pub_send_ex(a.c, a.topic, a.topic_len, a.data, a.size,
+                                a.frames, a.n_frames, slice_ms, a.flags)
     if rc == UC_ERR_AGAIN:
         return 0
     _check_rc(rc, "send")
@@ -220,13 +232,60 @@ cdef class Publisher:
 
     @property
     def stats(self):
-        """Connection events so far (upcall.EVENT_STATS, docs/events.md):
-        connected, connect_retried, accepted, disconnected, handshakes,
-        handshake_failed_protocol, handshake_failed_auth,
-        handshake_failed_no_detail."""
+        """Messages and payload bytes sent, and dropped at a full subscriber
+        pipe (on_full="drop"; docs/wire.md, "What a publisher counts"):
+        sent, sent_bytes, dropped, dropped_bytes; each message of a
+        coalesced batch counts.  Connection events (upcall.EVENT_STATS,
+        docs/events.md): connected, connect_retried, accepted,
+        disconnected, handshakes, handshake_failed_protocol,
+        handshake_failed_auth, handshake_failed_no_detail."""
         cdef uint64_t counts[UC_EV_COUNT]
-        uc_pub_events(self._c, counts, NULL)
-        return _event_stats(counts)
+        cdef uc_pub_counts pc
+        if self._c == NULL:
+            memset(&pc, 0, sizeof(pc))
+            memset(counts, 0, sizeof(counts))
+        else:
+            uc_pub_counts_get(self._c, &pc)
+            uc_pub_events(self._c, counts, NULL)
+        return {"sent": pc.sent, "sent_bytes": pc.sent_bytes, "dropped": pc.dropped,
+                "dropped_bytes": pc.dropped_bytes, **_event_stats(counts)}
+
+    @property
+    def stream(self):
+        """The random id of this publisher instance's stamps (a new one per
+        publisher: a restart is a new stream, never a gap); None without
+        stamp=True.  Each topic is a stream of its own, whose id
+        :meth:`stream_of` gives (docs/wire.md, "Stamps")."""
+        cdef uint64_t base = 0
+        self._check_open()
+        uc_pub_streams(self._c, &base, NULL, NULL)
+        return base if base else None
+
+    def stream_of(self, topic):
+        """The stream id this publisher stamps ``topic``'s messages with (what
+        a subscriber's ``streams()`` and gap events name); None without
+        stamp=True."""
+        cdef const char *tb
+        cdef size_t tn
+        self._check_open()
+        keep = _topic_of(topic, &tb, &tn)
+        cdef uint64_t sid = uc_pub_stream_of(self._c, tb, tn)
+        return sid if sid else None
+
+    def streams(self):
+        """``{stream_id: {"topic": bytes, "numbered": n}}``, one per topic
+        sent with stamp=True: numbered counts the sequence numbers given out
+        (messages sent and messages dropped at a full pipe), so that per
+        stream a subscriber's ``received + lost`` equals it once everything
+        sent has arrived.  {} without stamp=True."""
+        cdef uint64_t base = 0
+        cdef uc_pub *c
+        self._check_open()
+        c = self._c
+        out = {}
+        with nogil:
+            uc_pub_streams(c, &base, _collect_stream, <void *>out)
+        return out
 
     @property
     def peers(self):
@@ -556,7 +615,7 @@ cdef class Publisher:
         if b.count == 0:
             return 0
         data = uc_batch_payload(b, &size)
-        self._send_raw(tb, tn, data, size, ms, NULL, 0, 0)
+        self._send_raw(tb, tn, data, size, ms, NULL, 0, 0, b.count if b.count > 1 else 0)
         uc_batch_clear(co, b)
         return 0
 
@@ -609,9 +668,11 @@ cdef class Publisher:
             PyBuffer_Release(&view)
 
     cdef int _send_raw(self, const char *tb, size_t tn, const char *data, size_t size, int ms,
-                       const uc_oob_frame *frames, size_t n_frames, int flags) except -1:
-        """Send (or, flags UC_SEND_COALESCE, coalesce) one message; at the
-        high-water mark wait in signal slices."""
+                       const uc_oob_frame *frames, size_t n_frames, int flags,
+                       size_t count=0) except -1:
+        """Send (or, flags UC_SEND_COALESCE, coalesce) one message, or with
+        count >= 2 a coalesced payload of count messages; at the high-water
+        mark wait in signal slices."""
         cdef int rc
         cdef uc_pub *c = self._c
         cdef _send_args a
@@ -622,7 +683,10 @@ cdef class Publisher:
         # ZMQ_DONTWAIT never blocks, the senders' mutex is only tried) costs
         # less than letting the GIL go and taking it back.  Nothing can close
         # the publisher meanwhile: that needs the GIL too.
-        rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags | UC_SEND_TRY)
+        if count:
+            rc = uc_pub_send_batch(c, tb, tn, data, size, count, 0, flags | UC_SEND_TRY)
+        else:
+            rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags | UC_SEND_TRY)
         if rc == UC_OK:
             return 0
         if rc != UC_ERR_BUSY and (rc != UC_ERR_AGAIN or ms == 0):
@@ -633,13 +697,16 @@ cdef class Publisher:
                 # Another sender's turn (maybe blocked at the mark): wait
                 # for it without the GIL.
                 with nogil:
-                    rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags)
+                    if count:
+                        rc = uc_pub_send_batch(c, tb, tn, data, size, count, 0, flags)
+                    else:
+                        rc = uc_pub_send_ex(c, tb, tn, data, size, frames, n_frames, 0, flags)
             if rc == UC_ERR_AGAIN and ms != 0:
                 # Each slice sends the whole message or nothing (the mark is
                 # checked on the first frame only, and a message's frames go
                 # out under one lock), so an interrupted send sent nothing.
                 a.c, a.topic, a.topic_len, a.data, a.size = c, tb, tn, data, size
-                a.frames, a.n_frames, a.flags = frames, n_frames, flags
+                a.frames, a.n_frames, a.flags, a.count = frames, n_frames, flags, count
                 if _in_signal_slices(self, _send_step, &a, ms):
                     rc = UC_OK
         finally:

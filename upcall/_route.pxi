@@ -197,6 +197,7 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     o.rcvhwm = -1 if opts.rcvhwm is None else opts.rcvhwm
     o.max_message_size = mms
     o.plain_ext = 0 if opts.extensions else 1
+    o.max_streams = opts.max_streams
     _fill_curve(&o.curve, curve)
     o.deliver = _route_deliver
     o.on_exit = _route_exit

@@ -18,6 +18,11 @@ DEFAULT_BATCH = 1024
 # subscribe(max_topics=N).
 DEFAULT_MAX_TOPICS = 100_000
 
+# Stamped publisher streams a subscription's socket tracks when
+# max_streams=None (docs/wire.md, "Stamps"): 40 bytes of counters each, plus
+# two index slots; a new stream past it forgets the oldest.
+DEFAULT_MAX_STREAMS = UC_STREAMS_DEFAULT_MAX
+
 
 cdef struct _poll_progress:
     size_t limit                  # max_messages (0: no limit)
@@ -246,17 +251,31 @@ cdef class Subscription:
         """Counters: received, delivered, filtered, batches, decode_errors,
         callback_errors, dropped (docs/wire.md, "What is counted where"), and
         zmq_received: zmq messages, each holding one message or, coalesced,
-        many (received counts those).  Connection events (upcall.EVENT_STATS,
-        docs/events.md): connected, connect_retried, accepted, disconnected,
-        handshakes, handshake_failed_protocol, handshake_failed_auth,
+        many (received counts those).  Loss of stamped messages (docs/wire.md,
+        "Stamps"): lost, gaps, streams, unstamped, reordered, duplicates,
+        streams_forgotten (a routed subscription's are its socket's).
+        Connection events (upcall.EVENT_STATS, docs/events.md): connected,
+        connect_retried, accepted, disconnected, handshakes,
+        handshake_failed_protocol, handshake_failed_auth,
         handshake_failed_no_detail; they count no message."""
         cdef uc_stats s
+        cdef uc_stream_counts lc
         self._check_process()
         uc_sub_stats(self._c, &s)
+        uc_sub_stream_counts(self._c, &lc)
         return {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                 "batches": s.batches, "decode_errors": s.decode_errors,
                 "callback_errors": s.callback_errors, "dropped": s.dropped,
-                "zmq_received": s.zmq_received, **self._event_counts()}
+                "zmq_received": s.zmq_received,
+                **_loss_stats(&lc, s.received), **self._event_counts()}
+
+    def streams(self):
+        """What arrived of each stamped stream tracked now (docs/wire.md,
+        "Stamps"): ``{stream_id: {"received": n, "lost": n, "gaps": n,
+        "next_seq": n}}``, oldest first; at most ``max_streams`` of them.  A
+        routed subscription reads its socket's (every topic it carries)."""
+        self._check_process()
+        return _streams_dict(self._c)
 
     cdef dict _event_counts(self):
         cdef uint64_t counts[UC_EV_COUNT]
@@ -599,3 +618,31 @@ cdef class Subscription:
         if self._end_hook is None:
             _write_unraisable(exc, self)
         return UC_DELIVER_STOP
+
+
+cdef dict _loss_stats(const uc_stream_counts *lc, uint64_t received):
+    # unstamped: what was received without a stamp (the stamped count is
+    # the stamps' own, so no per-message counter is needed).
+    cdef uint64_t stamped = lc.stamped
+    return {"lost": lc.lost, "gaps": lc.gaps, "streams": lc.streams,
+            "unstamped": received - stamped if received > stamped else 0,
+            "reordered": lc.reordered, "duplicates": lc.duplicates,
+            "streams_forgotten": lc.forgotten}
+
+
+cdef dict _streams_dict(uc_sub *c):
+    cdef size_t cap = 64, n
+    cdef uc_stream_info *buf
+    while True:
+        buf = <uc_stream_info *>malloc(cap * sizeof(uc_stream_info))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            n = uc_sub_streams(c, buf, cap)
+            if n < cap:
+                return {buf[i].id: {"received": buf[i].received, "lost": buf[i].lost,
+                                    "gaps": buf[i].gaps, "next_seq": buf[i].next_seq}
+                        for i in range(n)}
+        finally:
+            free(buf)
+        cap *= 4

@@ -349,8 +349,21 @@ cdef inline object _decode(Decoder decoder, const uc_msg *m, Subscription sub):
     if m.n_frames > 2 + m.n_extra or m.fault != 0:
         _raise_frames(m)
     if m.n_extra == 0:          # the usual message: three arguments, as before frames
-        return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
+        if m.marked:            # upcall's own: its extensions apply (docs/wire.md)
+            return decoder.decode_wire(m.payload.data, <Py_ssize_t>m.payload.size)
+        return decoder.decode_view(m.payload.data, <Py_ssize_t>m.payload.size)
+    if not m.marked:
+        _raise_unmarked_frames(m)
     return _decode_oob(decoder, m, sub)
+
+
+cdef int _raise_unmarked_frames(const uc_msg *m) except -1:
+    # Out of line, as _raise_frames.
+    raise DecodeError(
+        f"a frame after the payload that no out-of-band reference names at byte "
+        f"{m.payload.size}: {m.n_extra} frame(s) after it and no marker frame (only "
+        "upcall's marked messages reference frames, docs/wire.md)",
+        <Py_ssize_t>m.payload.size, "oob_unused")
 
 
 cdef object _decode_oob(Decoder decoder, const uc_msg *m, Subscription sub):

@@ -49,12 +49,26 @@ class Peer:
     def __init__(self, bus, zctx, sub, transport):
         if transport == "inproc":
             pub = bus.publisher(sub.last_endpoint, kind="push", bind=False)
-            self.send = lambda topic, payload: pub.send_packed(topic, payload)
+            self.send = lambda topic, payload: _send_marked(pub, topic, payload)
         else:
             push = zctx.socket(zmq.PUSH)
             push.linger = 0
             push.connect(sub.last_endpoint)
-            self.send = lambda topic, payload: push.send_multipart([topic, payload])
+            # upcall's marker frame: the payloads here are upcall's own
+            # coalesced batches (docs/wire.md, "The marker frame").
+            self.send = lambda topic, payload: push.send_multipart(
+                [topic, payload, upcall.WIRE_MARKER])
+
+
+def _send_marked(pub, topic, payload):
+    """On inproc (which pyzmq cannot reach) an upcall publisher sends the
+    messages of a coalesced payload with send_many: the same batch, marked."""
+    if payload[:1] == b"\xc9" and payload[5:7] == b"\x7f\x01":
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker.feed(payload[7:])
+        pub.send_many(topic, list(unpacker))
+    else:
+        pub.send_packed(topic, payload)
 
 
 def open_pair(bus, zctx, endpoints, transport, target, mode, **kw):
@@ -247,7 +261,7 @@ def test_frames_after_a_coalesced_payload_are_refused(zctx, endpoints):
         push.linger = 0
         push.connect(sub.last_endpoint)
         ref = msgpack.ExtType(126, struct.pack(">BBHIQ", 1, 0, 0, 2, 4))
-        push.send_multipart([b"t", coalesced([{"v": ref}, 2]), b"abcd"])
+        push.send_multipart([b"t", coalesced([{"v": ref}, 2]), b"abcd", upcall.WIRE_MARKER])
         push.send_multipart([b"t", msgpack.packb("ok")])
         col.wait(1)
         wait_received(sub, 2)
@@ -421,8 +435,8 @@ def test_sub_prefix_filtering_applies_to_the_whole_payload(zctx, endpoints):
         pub.connect(sub.last_endpoint)
         wait_for(lambda: pub.send_multipart([b"a.probe", msgpack.packb(PROBE)]) or col.probes,
                  what="the SUB socket subscribed")
-        pub.send_multipart([b"b.x", coalesced(["no"] * 5)])
-        pub.send_multipart([b"a.x", coalesced(["yes", 1, 2])])
+        pub.send_multipart([b"b.x", coalesced(["no"] * 5), upcall.WIRE_MARKER])
+        pub.send_multipart([b"a.x", coalesced(["yes", 1, 2]), upcall.WIRE_MARKER])
         col.wait(3)
         wait_received(sub, 3)
         assert col.items == [(b"a.x", "yes"), (b"a.x", 1), (b"a.x", 2)]
@@ -441,7 +455,7 @@ def test_asyncio_iteration_sees_each_message(zctx, endpoints):
             push = zctx.socket(zmq.PUSH)
             push.linger = 0
             push.connect(sub.last_endpoint)
-            push.send_multipart([b"t", coalesced(range(10))])
+            push.send_multipart([b"t", coalesced(range(10)), upcall.WIRE_MARKER])
             push.send_multipart([b"t", msgpack.packb(10)])
             got = []
             async for m in sub:
@@ -512,8 +526,8 @@ def test_split_messages_share_one_topic_object_asyncio(zctx, endpoints):
             push = zctx.socket(zmq.PUSH)
             push.linger = 0
             push.connect(sub.last_endpoint)
-            push.send_multipart([BIG_TOPIC, coalesced(range(n))])
-            push.send_multipart([OTHER_TOPIC, coalesced(range(n))])
+            push.send_multipart([BIG_TOPIC, coalesced(range(n)), upcall.WIRE_MARKER])
+            push.send_multipart([OTHER_TOPIC, coalesced(range(n)), upcall.WIRE_MARKER])
             push.send_multipart([BIG_TOPIC, msgpack.packb("plain")])
             got = []
             async for item in sub:

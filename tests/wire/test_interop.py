@@ -229,7 +229,8 @@ def test_out_of_band_frames_when_asked_for(zctx, endpoints, transport):
         finally:
             zsock.close(linger=0)
             pub.close()
-    assert len(frames) == 3 and frames[2] == value
+    # [topic, payload, value, marker] (docs/wire.md, "The marker frame")
+    assert len(frames) == 4 and frames[2] == value and frames[3] == upcall.WIRE_MARKER
     ref = msgpack.unpackb(frames[1])["v"]
     assert isinstance(ref, msgpack.ExtType) and ref.code == 126
     assert struct.unpack(">BBHIQ", ref.data) == (1, 0, 0, 2, len(value))

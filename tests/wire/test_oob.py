@@ -342,7 +342,10 @@ def test_pyzmq_reads_upcalls_oob_message(zctx, endpoints, transport):
         pub = bus.publisher(ep, kind="push", bind=False, oob_threshold=THRESHOLD)
         pub.send(b"t", {"a": arr, "small": b"s"})
         frames = pull.recv_multipart(copy=False)
-    assert len(frames) == 3 and frames[0].bytes == b"t"
+    # [topic, payload, value, marker]: the marker frame says the payload uses
+    # upcall's extensions (docs/wire.md, "The marker frame").
+    assert len(frames) == 4 and frames[0].bytes == b"t"
+    assert frames[3].bytes == upcall.WIRE_MARKER
 
     def ext_hook(code, data):
         assert code == 126
@@ -363,7 +366,8 @@ def test_upcall_receives_pyzmq_oob_message(zctx, endpoints, transport):
         push.connect(sub.last_endpoint)
         a, b = b"A" * 50_000, b"B" * 10
         # references out of frame order, one nested, a tiny frame too
-        push.send_multipart([b"t", msgpack.packb({"b": _ref(3, len(b)), "x": [_ref(2, len(a))]}), a, b])
+        push.send_multipart([b"t", msgpack.packb({"b": _ref(3, len(b)), "x": [_ref(2, len(a))]}), a, b,
+                             upcall.WIRE_MARKER])
         col.wait(1)
         got = col.items[0]
         assert bytes(got["x"][0]) == a and bytes(got["b"]) == b
@@ -380,6 +384,7 @@ MALFORMED = [
     ("twice", [b"t", msgpack.packb([_ref(2, 4), _ref(2, 4)]), b"abcd"], "oob_twice"),
     ("unreferenced", [b"t", msgpack.packb([_ref(2, 4)]), b"abcd", b"more"], "oob_unused"),
     ("no_reference", [b"t", msgpack.packb(1), b"abcd"], "oob_unused"),
+    ("no_marker", [b"t", msgpack.packb([_ref(2, 4)]), b"abcd", "unmarked"], "oob_unused"),
     ("version", [b"t", msgpack.packb([_ref(2, 4, version=2)]), b"abcd"], "oob_version"),
     ("flags_unknown", [b"t", msgpack.packb([_ref(2, 4, flags=0x20)]), b"abcd"], "oob_flags"),
     ("short_ref", [b"t", msgpack.packb([msgpack.ExtType(126, b"\x01" * 8)]), b"abcd"], "oob_length"),
@@ -394,6 +399,12 @@ MALFORMED = [
 @pytest.mark.parametrize("mode", ["native", "caller"])
 @pytest.mark.parametrize("name,frames,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_malformed_references_are_counted_decode_errors(zctx, endpoints, mode, name, frames, reason):
+    # upcall's marker frame last (docs/wire.md): these are upcall's own
+    # extensions, broken; "unmarked" sends the message without it.
+    if frames[-1] == "unmarked":
+        frames = frames[:-1]
+    elif name != "too_many_frames":
+        frames = frames + [upcall.WIRE_MARKER]
     items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, frames,
                                                   [b"t", GOOD])
     assert items == ["ok"]

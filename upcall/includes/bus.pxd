@@ -33,6 +33,7 @@ cdef extern from "bus.h" nogil:
         int fault               # coalesced: != 0, the report of a payload broken at fault_offset
         size_t fault_offset
         const char *user_id     # with_sender: the peer's ZAP User-Id (NULL: none)
+        int marked              # ended with the marker frame: read with the wire's extensions
 
     ctypedef int (*uc_start_fn)(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg) noexcept nogil
     int uc_start_pthread(void *factory_ctx, void (*entry)(void *) noexcept nogil, void *arg)
@@ -85,9 +86,32 @@ cdef extern from "bus.h" nogil:
         UC_EV_HANDSHAKE_FAILED_AUTH
         UC_EV_HANDSHAKE_FAILED_NO_DETAIL
         UC_EV_COUNT
+        UC_EV_GAP
+    # Loss accounting of stamped messages (csrc/streams.c).
+    enum:
+        UC_STREAMS_DEFAULT_MAX
+    ctypedef struct uc_stream_counts:
+        uint64_t lost
+        uint64_t gaps
+        uint64_t streams
+        uint64_t stamped
+        uint64_t reordered
+        uint64_t duplicates
+        uint64_t forgotten
+    ctypedef struct uc_stream_info:
+        uint64_t id
+        uint64_t received
+        uint64_t lost
+        uint64_t gaps
+        uint64_t next_seq
+    ctypedef struct uc_gap:
+        uint64_t stream
+        uint64_t first
+        uint64_t count
     ctypedef struct uc_event:
         uc_event_kind kind
         uint32_t value
+        uc_gap gap
         const char *endpoint
     ctypedef void (*uc_event_fn)(void *ctx, const uc_event *ev) noexcept nogil
 
@@ -111,6 +135,7 @@ cdef extern from "bus.h" nogil:
         uc_curve curve
         const uc_sockopt *sockopts
         size_t n_sockopts
+        size_t max_streams
         int plain_ext
         int with_sender
         uc_event_fn on_event
@@ -140,6 +165,8 @@ cdef extern from "bus.h" nogil:
         UC_STAT_ZMQ_RECEIVED
 
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
+    void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out)
+    size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
     int uc_sub_poll_some(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
     int uc_sub_close(uc_sub *sub, int timeout_ms)
@@ -170,6 +197,9 @@ cdef extern from "bus.h" nogil:
         size_t max_batch, max_bytes, max_topics
         uc_event_fn on_event
         void *event_ctx
+        int stamp
+        size_t stamp_max_topics
+        int drop_at_mark
 
     enum:
         UC_SEND_TRY
@@ -178,6 +208,20 @@ cdef extern from "bus.h" nogil:
     ctypedef struct uc_pub:
         pass
     uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *opts, int *err)
+    ctypedef struct uc_pub_counts:
+        uint64_t sent
+        uint64_t sent_bytes
+        uint64_t dropped
+        uint64_t dropped_bytes
+    void uc_pub_counts_get(uc_pub *pub, uc_pub_counts *out)
+    int uc_pub_streams(uc_pub *pub, uint64_t *base,
+                       void (*fn)(void *ctx, uint64_t stream, const char *topic, size_t topic_len,
+                                  uint64_t numbered) noexcept,
+                       void *ctx)
+    uint64_t uc_pub_stream_of(uc_pub *pub, const void *topic, size_t topic_len)
+    int uc_pub_send_batch(uc_pub *pub, const void *topic, size_t topic_len,
+                          const void *payload, size_t payload_len, size_t count,
+                          int timeout_ms, int flags)
     int uc_pub_send(uc_pub *pub, const void *topic, size_t topic_len,
                     const void *payload, size_t payload_len, int timeout_ms)
     int uc_pub_try_send(uc_pub *pub, const void *topic, size_t topic_len,

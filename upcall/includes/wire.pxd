@@ -24,6 +24,11 @@ cdef extern from "wire.h" nogil:
         UC_BATCH_MARKER
         UC_BATCH_HEADER
         UC_BATCH_EXT_HEAD
+        # the marker frame
+        UC_MARK_SIZE
+        UC_MARK_STAMPED_SIZE
+        UC_MARK_VERSION
+        UC_MARK_STAMPED
         # faults
         UC_WIRE_ERR_BATCH_VERSION
         UC_WIRE_ERR_BATCH_LENGTH
@@ -52,3 +57,13 @@ cdef extern from "wire.h" nogil:
     void uc_oob_ref_set_codec(unsigned char *ref, unsigned codec)
     int uc_oob_ref_unpack(const void *data, size_t len, uc_oob_ref *ref)
     int uc_batch_header_pack(unsigned char *h, size_t total)
+
+    ctypedef struct uc_mark:
+        int stamped
+        uint64_t stream
+        uint64_t seq
+        uint32_t count
+
+    size_t uc_mark_pack(unsigned char *out, int stamped, uint64_t stream, uint64_t seq,
+                        uint32_t count)
+    int uc_mark_unpack(const void *data, size_t len, uc_mark *m)
