@@ -49,6 +49,12 @@ WAIT = 30.0
 #: documented bound (docs/proxy.md), not a measurement.
 RECONNECT_BOUND = 10.0
 NFT_TABLE = "upcall_fault"
+#: Messages a second per publisher while a link drops packets at random: TCP
+#: repairs each loss, but a lost segment's retransmission waits for its
+#: timeout (200 ms at least, doubled if lost again), and what is sent
+#: meanwhile must fit in the proxy's high-water mark and the kernel's buffers
+#: for nothing to be dropped.
+LOSSY_RATE = 500.0
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -328,9 +334,10 @@ class Scenario:
         proxy.expect("ready")
         return proxy
 
-    def start_pub(self, host: str, topic: str) -> Peer:
+    def start_pub(self, host: str, topic: str, rate: float | None = None) -> Peer:
         return self._start(self.net, host, "pub", "--endpoint", self.net.frontend(),
-                           "--topic", topic, "--rate", str(self.rate), "--pad", str(self.pad))
+                           "--topic", topic, "--rate", str(rate or self.rate),
+                           "--pad", str(self.pad))
 
     def close(self) -> None:
         for peer in reversed(self.peers):
@@ -354,13 +361,14 @@ class Scenario:
             time.sleep(0.1)
 
     def stream(self, before: float, fault=None, hold: float = 0.0, heal=None,
-               after: float = 0.5, pubs=None) -> dict:
-        """Publish from pub1 and pub2 (new streams) for ``before`` seconds,
+               after: float = 0.5, pubs=None, rate: float | None = None) -> dict:
+        """Publish from pub1 and pub2 (new streams; ``rate`` messages a
+        second each, None: the scenario's) for ``before`` seconds,
         apply ``fault()``, keep publishing ``hold`` seconds, ``heal()``,
         publish ``after`` seconds more, stop; wait for every stream's last
         message at both subscribers.  Returns {"published": {sid: n},
         "reports": ..., "pubs": [stopped json], "fault_seconds": ...}."""
-        pubs = pubs or [self.start_pub("pub1", "p1."), self.start_pub("pub2", "p2.")]
+        pubs = pubs or [self.start_pub("pub1", "p1.", rate), self.start_pub("pub2", "p2.", rate)]
         sids = [int(p.expect("ready")) for p in pubs]
         # Both prefixes have reached each publisher through the proxy
         # before its first message.
@@ -472,7 +480,8 @@ def run(opts) -> list[dict]:
             plan = [
                 ("clean", dict(before=hold)),
                 ("1% loss at sub1", dict(before=0.5, fault=lambda: net.loss("sub1", 1),
-                                         hold=hold, heal=lambda: net.heal("sub1"))),
+                                         hold=hold, heal=lambda: net.heal("sub1"),
+                                         rate=LOSSY_RATE)),
                 (f"sub1 partitioned {hold:g} s", dict(before=0.5,
                                                       fault=lambda: net.partition("sub1"),
                                                       hold=hold,

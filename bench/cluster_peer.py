@@ -54,7 +54,7 @@ def run_pub(args, bus) -> None:
     kwargs = dict(bind=args.bind, sndhwm=args.sndhwm, linger=1.0)
     try:
         pub = bus.publisher(args.endpoint, stamp=True, **kwargs)
-        sid, stamped = pub.stream, True
+        sid, stamped = pub.stream_of(args.topic.encode()), True
     except TypeError:          # an upcall without stamps: our own stream id
         pub = bus.publisher(args.endpoint, **kwargs)
         sid, stamped = int.from_bytes(os.urandom(8), "little"), False

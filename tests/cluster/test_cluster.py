@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from bench.cluster import RECONNECT_BOUND, WAIT, Cluster, Scenario, accounting, unavailable
+from bench.cluster import (LOSSY_RATE, RECONNECT_BOUND, Cluster, Scenario, accounting,
+                           unavailable)
 
 FAULT_SECONDS = 3.0      # the outage asked for (its length, not a threshold)
 
@@ -72,6 +73,16 @@ def check_exact(result, lossless=()):
             assert row["upcall_received"] == row["delivered"], where
         if row["sub"] in lossless:
             assert row["lost"] == 0, where
+    # Every subscriber's totals (the asyncio one has them, not per stream):
+    # upcall's lost is the sum of the gaps its own account saw, since it
+    # started.
+    for name, rep in result["reports"].items():
+        stats = rep["stats"]
+        if "lost" in stats:
+            own = rep["account"].values()
+            assert stats["lost"] == sum(a["lost"] for a in own), (name, stats)
+            assert stats["gaps"] == sum(a["gaps"] for a in own), (name, stats)
+            assert stats["duplicates"] == 0 and stats["reordered"] == 0, (name, stats)
     return rows
 
 
@@ -89,7 +100,7 @@ def test_clean_run_loses_nothing(scenario):
 
 def test_one_percent_packet_loss_is_repaired_by_tcp(net, scenario):
     result = scenario.stream(before=0.3, fault=lambda: net.loss("sub1", 1), hold=2.0,
-                             heal=lambda: net.heal("sub1"))
+                             heal=lambda: net.heal("sub1"), rate=LOSSY_RATE)
     summary("1% loss", check_exact(result, lossless=("sub1", "sub2")), result)
 
 
