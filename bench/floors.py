@@ -8,7 +8,11 @@ into build/py/bench/:
 * ``floor_pingpong``: two C peers answering each other (``c-pingpong``);
 * ``floor_push``: a plain C ``zmq_send`` loop (``c-send``, publishing);
 * ``count_pull``: the publishing rows' receiver, which counts messages,
-  coalesced ones split with the core's ``mp_skip`` (csrc/msgpack.c).
+  coalesced ones split with the core's ``mp_skip`` (csrc/msgpack.c);
+* ``floor_proxy``: libzmq's ``zmq_proxy`` between an XSUB and an XPUB (the
+  ``c-zmq_proxy`` row of the proxy section);
+* ``proxy_ends``: the C publisher and subscriber on either side of a
+  forwarder (the proxy rows).
 
 The runners are in :mod:`bench.harness`.
 """
@@ -20,7 +24,8 @@ import os
 BUILD_DIR = os.path.join("build", "py")
 
 #: The C programs of the floors (bench/NAME.c; bench/meson.build builds them).
-C_PROGRAMS = ("floor_pull", "floor_pingpong", "floor_push", "count_pull")
+C_PROGRAMS = ("floor_pull", "floor_pingpong", "floor_push", "count_pull", "floor_proxy",
+              "proxy_ends")
 
 _PROGRAMS: dict[str, tuple[str | None, str]] = {}   # name -> (path or None, why not)
 

@@ -121,9 +121,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    # --dist loadgroup (make test), and each module of tests/packaging/ on one
-    # worker: their tests share what the module builds once (a module-scoped
-    # fixture), which every worker running one of them would build again.
+    # --dist loadgroup (make test), and each module of tests/packaging/ and
+    # tests/cluster/ on one worker: their tests share what the module builds
+    # once (a module-scoped fixture: a build, the cluster's five hosts and
+    # their processes), which every worker running one of them would build
+    # again.
     # xdist_group marks cannot say it: pytest-xdist 3.8 loses them under
     # pytest 9.2 (it renames the node ids the workers report, which 9.2 no
     # longer lets it do).  Every other test goes to the next free worker.
@@ -135,7 +137,7 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
             parts = path.split("/")
-            if len(parts) >= 2 and parts[-2] == "packaging":
+            if len(parts) >= 2 and parts[-2] in ("packaging", "cluster"):
                 return path
             return super()._split_scope(nodeid)
 

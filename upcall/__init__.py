@@ -29,6 +29,9 @@ from upcall._bus import (  # noqa: F401
     EVENT_STATS,
     Publisher,
     PublisherOptions,
+    Proxy,
+    PROXY_STATS,
+    PROXY_STATS_TIMEOUT,
     Sent,
     StopDelivery,
     SubscribeOptions,
@@ -70,6 +73,7 @@ def __getattr__(name: str) -> str:
 __all__ = [
     "Bus", "Subscription", "Publisher", "StopDelivery", "DEFAULT_BATCH",
     "ConnectionEvent", "EVENT_STATS",
+    "Proxy", "PROXY_STATS", "PROXY_STATS_TIMEOUT",
     "SubscribeOptions", "PublisherOptions",
     "DEFAULT_MAX_TOPICS",
     "Sent", "DEFAULT_OOB_THRESHOLD", "MAX_OOB_FRAMES", "oob_outstanding", "COMPRESSION",

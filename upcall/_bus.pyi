@@ -319,6 +319,39 @@ class PublisherOptions(_Options):
     def __init__(self, **kwargs: Unpack[PublisherKwargs]) -> None: ...
     def replace(self, **changes: Unpack[PublisherKwargs]) -> PublisherOptions: ...  # type: ignore[override]
 
+# Proxy.stats's keys, and how long it waits for the proxy's thread (seconds).
+PROXY_STATS: tuple[str, ...]
+PROXY_STATS_TIMEOUT: float
+
+@final
+class Proxy:
+    """An XSUB/XPUB forwarder on libzmq's own proxy (Bus.proxy, docs/proxy.md)."""
+    @property
+    def frontend(self) -> str:
+        """The frontend's endpoint as resolved (publishers send here)."""
+    @property
+    def backend(self) -> str:
+        """The backend's endpoint as resolved (subscribers subscribe here)."""
+    @property
+    def running(self) -> bool: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def stats(self) -> dict[str, int]:
+        """messages, bytes, subscription_messages, subscription_bytes (PROXY_STATS)."""
+    @property
+    def events(self) -> dict[str, dict[str, int]]:
+        """Connection events of "frontend" and "backend" (EVENT_STATS)."""
+    @property
+    def peers(self) -> tuple[int | None, int | None]:
+        """Connections up now, (frontend, backend); None: unknown (inproc://)."""
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
+    def __enter__(self) -> Proxy: ...
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
 @final
 class Bus:
     """A zmq context and everything opened on it."""
@@ -337,6 +370,21 @@ class Bus:
         """For ``async for msg in bus.subscribe_async(...)``, from a coroutine."""
     def publisher(self, endpoint: Endpoint, *, options: PublisherOptions | None = None,
                   **kwargs: Unpack[PublisherKwargs]) -> Publisher: ...
+    def proxy(self, frontend: str, backend: str, *, frontend_bind: bool = True,
+              backend_bind: bool = True, frontend_hwm: int | None = None,
+              backend_hwm: int | None = None,
+              frontend_curve_server: CurveKeyPair | None = None,
+              frontend_curve_serverkey: CurveKey | None = None,
+              frontend_curve_client: CurveKeyPair | None = None,
+              frontend_allow: AllowedKeys | None = None, frontend_authenticate: bool = False,
+              backend_curve_server: CurveKeyPair | None = None,
+              backend_curve_serverkey: CurveKey | None = None,
+              backend_curve_client: CurveKeyPair | None = None,
+              backend_allow: AllowedKeys | None = None, backend_authenticate: bool = False,
+              frontend_socket_options: Mapping[str, int] | None = None,
+              backend_socket_options: Mapping[str, int] | None = None,
+              on_event: Callable[[ConnectionEvent], Any] | None = None) -> Proxy:
+        """Forward from publishers at frontend (XSUB) to subscribers at backend (XPUB)."""
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the bus is closed; False after timeout.  Ctrl-C raises
         KeyboardInterrupt here, however close to the wait it came (the wait

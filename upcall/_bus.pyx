@@ -193,6 +193,7 @@ include "_sockopts.pxi"
 include "_targets.pxi"
 include "_decoders.pxi"
 include "_auth.pxi"
+include "_proxy.pxi"
 include "_options.pxi"
 include "_synthetic.pxi"
 include "_aiter.pxi"
@@ -420,6 +421,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _subs             # weakref.WeakSet: its open subscriptions ...
     cdef object _pubs             # ... and publishers, which reference the bus
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
+    cdef object _proxies          # WeakSet: its open proxies (_proxy.pxi)
     cdef dict _routers            # shared sockets (_route.pxi): key -> _Router
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
@@ -446,6 +448,7 @@ A zmq context and every subscription and publisher opened on it.
         self._subs = weakref.WeakSet()
         self._pubs = weakref.WeakSet()
         self._async_subs = weakref.WeakSet()
+        self._proxies = weakref.WeakSet()
         self._routers = {}
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
@@ -965,10 +968,53 @@ A zmq context and every subscription and publisher opened on it.
         _auth_register(zap, pub)
         return pub
 
+    def proxy(self, frontend, backend, *, frontend_bind=True, backend_bind=True,
+              frontend_hwm=None, backend_hwm=None,
+              frontend_curve_server=None, frontend_curve_serverkey=None,
+              frontend_curve_client=None, frontend_allow=None, frontend_authenticate=False,
+              backend_curve_server=None, backend_curve_serverkey=None,
+              backend_curve_client=None, backend_allow=None, backend_authenticate=False,
+              frontend_socket_options=None, backend_socket_options=None, on_event=None):
+        """Start a forwarder: publishers send to ``frontend`` (an XSUB
+        socket), subscribers subscribe at ``backend`` (an XPUB socket), and
+        libzmq's own proxy (``zmq_proxy_steerable``) forwards between them
+        on a thread of the bus, messages downstream and subscriptions
+        upstream, frame for frame (stamped, coalesced and out-of-band
+        messages arrive as they were sent).  Returns a :class:`Proxy`.
+
+        ``frontend_bind`` / ``backend_bind``: bind (default) or connect that
+        side.  ``*_hwm``: the frontend's receive and the backend's send
+        high-water mark (per peer; None: libzmq's 1000).  Each side takes the
+        CURVE and authentication arguments of :meth:`subscribe`, prefixed:
+        ``frontend_curve_server=(public, secret)``, ``frontend_allow=keys``,
+        ``frontend_authenticate=True``, ``backend_curve_serverkey=...`` and so
+        on, and ``*_socket_options`` (libzmq options by name).  ``on_event``:
+        called with each side's :class:`ConnectionEvent` (its ``endpoint``
+        says which side), on the bus's monitor thread.  docs/proxy.md.
+        """
+        _check_self(self, "proxy")
+        self._check_open()
+        kw = dict(frontend_bind=frontend_bind, backend_bind=backend_bind,
+                  frontend_hwm=frontend_hwm, backend_hwm=backend_hwm,
+                  frontend_curve_server=frontend_curve_server,
+                  frontend_curve_serverkey=frontend_curve_serverkey,
+                  frontend_curve_client=frontend_curve_client, frontend_allow=frontend_allow,
+                  frontend_authenticate=frontend_authenticate,
+                  backend_curve_server=backend_curve_server,
+                  backend_curve_serverkey=backend_curve_serverkey,
+                  backend_curve_client=backend_curve_client, backend_allow=backend_allow,
+                  backend_authenticate=backend_authenticate,
+                  frontend_socket_options=frontend_socket_options,
+                  backend_socket_options=backend_socket_options, on_event=on_event)
+        p = _open_proxy(self, frontend, backend, kw)
+        self._proxies.add(p)
+        return p
+
     cdef _forget(self, obj):
         self._subs.discard(obj)
         self._pubs.discard(obj)
         _auth_forget(self._auth, obj)
+        self._proxies.discard(obj)
 
     def wait(self, timeout=None):
         """Wait until the bus is closed (by another thread, a target, or at
@@ -1044,6 +1090,11 @@ A zmq context and every subscription and publisher opened on it.
                 errors.append(exc)
         for pub in list(self._pubs):
             pub._close_lingering_at_most(_ms_left(deadline))
+        for proxy in list(self._proxies):
+            try:
+                proxy.close(None if deadline is None else _ms_left(deadline) / 1000.0)
+            except TimeoutError as exc:
+                errors.append(exc)
         if self._auth is not None:
             # Its socket holds the context: the handler goes with the sockets.
             (<Authenticator>self._auth)._stop()
@@ -1117,3 +1168,4 @@ del _P
 (<PyTypeObject *>Bus).tp_name = b"upcall.Bus"
 (<PyTypeObject *>Subscription).tp_name = b"upcall.Subscription"
 (<PyTypeObject *>Publisher).tp_name = b"upcall.Publisher"
+(<PyTypeObject *>Proxy).tp_name = b"upcall.Proxy"

@@ -3,6 +3,8 @@
     upcall listen ENDPOINT [--topic T ...] [--bind] [--kind sub|pull] [--count N]
                   [--max-message-size BYTES]
     upcall publish ENDPOINT [--topic T] [--bind] [--kind pub|push] [JSON ...]
+    upcall proxy FRONTEND BACKEND [--connect-frontend] [--connect-backend] [--hwm N]
+                 [--frontend-curve CERT] [--frontend-allow CERTS] (and --backend-...)
     upcall --version
 
 ``listen`` prints one JSON line per message, ``{"topic": ..., "payload": ...}``;
@@ -12,7 +14,8 @@ msgpack types that JSON lacks use the ``$`` forms of :mod:`upcall._jsonmap`
 traceback: status 2 for a command line that cannot be used (argparse's
 errors, a JSON argument that does not parse), 1 for a failure while running
 (an endpoint libzmq refuses, an address in use, a bad JSON line on stdin, a
-wait that timed out), 130 after Ctrl-C.
+wait that timed out), 130 after Ctrl-C.  ``proxy`` runs until Ctrl-C (130)
+or SIGTERM (0, a service's normal stop), closing its sockets either way.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 import threading
 import time
@@ -153,6 +158,66 @@ def _host_of(endpoint: str) -> str:
     """The host of a tcp:// endpoint (tcp://[source;]host:port)."""
     host = endpoint.partition("://")[2].rpartition(":")[0]
     return host.rpartition(";")[2].strip("[]")
+
+
+# ---- proxy --------------------------------------------------------------------
+
+class _Terminated(Exception):
+    """SIGTERM, raised on the main thread by its handler (as Ctrl-C raises
+    KeyboardInterrupt), so that the bus closes on the way out."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _proxy_side_kwargs(opts: argparse.Namespace, side: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {f"{side}_bind": not getattr(opts, f"connect_{side}")}
+    cert = getattr(opts, f"{side}_curve")
+    allow = getattr(opts, f"{side}_allow")
+    try:
+        if cert is not None:
+            kwargs[f"{side}_curve_server"] = upcall.load_certificate(cert)
+        if allow is not None:
+            kwargs[f"{side}_allow"] = [upcall.load_certificate(p) for p in allow]
+    except (OSError, ValueError) as exc:
+        raise Failure(f"--{side}-curve/--{side}-allow: {_describe(exc)}") from None
+    if opts.hwm is not None:
+        kwargs[f"{side}_hwm"] = opts.hwm
+    return kwargs
+
+
+def _proxy(opts: argparse.Namespace) -> int:
+    kwargs = {**_proxy_side_kwargs(opts, "frontend"), **_proxy_side_kwargs(opts, "backend")}
+    if opts.verbose:
+        kwargs["on_event"] = _EventPrinter("proxy")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    status = EXIT_OK
+    proxy = None
+    try:
+        with upcall.Bus() as bus:
+            try:
+                proxy = bus.proxy(opts.frontend, opts.backend, **kwargs)
+            except (ValueError, OSError, TypeError) as e:
+                raise Failure(_describe(e)) from None
+            # One line on stderr once both sides are bound or connecting: the
+            # ports of tcp://...:* binds, and the sign that it runs.
+            print(f"{PROG} proxy: frontend {proxy.frontend}, backend {proxy.backend}",
+                  file=sys.stderr, flush=True)
+            try:
+                bus.wait()
+            except KeyboardInterrupt:
+                status = EXIT_INTERRUPTED
+            except _Terminated:
+                status = EXIT_OK
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if proxy is not None:
+        st = proxy.stats
+        print(f"{PROG} proxy: stopped; forwarded {st['messages']} messages "
+              f"({st['bytes']} bytes), {st['subscription_messages']} subscription messages",
+              file=sys.stderr, flush=True)
+    return status
 
 
 # ---- publish ------------------------------------------------------------------
@@ -434,6 +499,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option(pp, PublisherOptions, "curve_serverkey", metavar="K")
     pp.set_defaults(run=_publish)
 
+    xp = commands.add_parser(
+        "proxy", formatter_class=fmt,
+        help="forward from publishers to subscribers (XSUB/XPUB)",
+        description="Forward messages from publishers (which connect to FRONTEND)\n"
+                    "to subscribers (which connect to BACKEND), and subscriptions\n"
+                    "the other way, with libzmq's own proxy; until Ctrl-C (status\n"
+                    "130) or SIGTERM (status 0).  Says on stderr where it listens,\n"
+                    "and at the end what it forwarded.")
+    xp.add_argument("frontend", metavar="FRONTEND",
+                    help="where publishers send: tcp://host:port or ipc://path (bound)")
+    xp.add_argument("backend", metavar="BACKEND",
+                    help="where subscribers subscribe: tcp://host:port or ipc://path (bound)")
+    for side in ("frontend", "backend"):
+        xp.add_argument(f"--connect-{side}", action="store_true",
+                        help=f"connect {side.upper()} instead of binding it")
+        xp.add_argument(f"--{side}-curve", metavar="CERT", default=None,
+                        help=f"make {side.upper()} a CURVE server with this secret "
+                             "certificate (upcall keygen's NAME.key_secret)")
+        xp.add_argument(f"--{side}-allow", metavar="CERT", action="append", default=None,
+                        help=f"admit only the CURVE clients of these public certificates "
+                             f"at {side.upper()} (repeatable; needs --{side}-curve)")
+    xp.add_argument("--hwm", type=_count, default=None, metavar="N",
+                    help="high-water mark of both sides, per peer (default: libzmq's 1000)")
+    xp.add_argument("--verbose", "-v", action="store_true",
+                    help="each connection event of either side on stderr")
+    xp.set_defaults(run=_proxy)
+
     kp = commands.add_parser(
         "keygen", formatter_class=fmt,
         help="write a CURVE key pair as certificate files",
@@ -510,7 +602,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         opts = parser.parse_args(argv)
     command = f"{PROG} {opts.command}"
     try:
-        if str(getattr(opts, "endpoint", "")).startswith("inproc://"):
+        if any(str(getattr(opts, name, "")).startswith("inproc://")
+               for name in ("endpoint", "frontend", "backend")):
             # libzmq would accept it and wait forever for a peer that cannot come.
             raise Failure("an inproc:// endpoint exists only inside one process: "
                           "use ipc:// or tcp:// to reach another", EXIT_USAGE)

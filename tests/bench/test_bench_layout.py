@@ -17,11 +17,12 @@ from bench_package import BENCH_DIR, bench_module
 HARNESS = {"harness", "measure", "report", "progress", "peer", "floors", "workload", "netns",
            "coalescing", "plot"}
 #: The sections (one per bench_upcalls.py flag) and their parts.
-SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "routing"}
+SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "routing",
+            "proxy", "cluster"}
 #: A section's parts: imported by that section only.
 PARTS = {"bus": {"publish"}, "large": {"compression"}}
 #: Programs run on their own (callgrind, profiling), importing the harness or a section.
-SCRIPTS = {"hotpath", "drain_cost", "error_reports"}
+SCRIPTS = {"hotpath", "drain_cost", "error_reports", "cluster_peer"}
 
 
 def _modules():
