@@ -63,7 +63,7 @@ def test_proxy_command_refuses_inproc(tmp_path):
 
 def test_proxy_command_address_in_use_is_one_line(tmp_path):
     with upcall.Bus() as bus:
-        pub = bus.publisher("tcp://127.0.0.1:*")
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         r = subprocess.run([sys.executable, "-m", "upcall", "proxy", pub.last_endpoint,
                             "tcp://127.0.0.1:*"], capture_output=True, text=True,
                            env=script_env(), cwd=tmp_path, timeout=TIMEOUT)
