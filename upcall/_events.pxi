@@ -253,7 +253,7 @@ cdef class _EventSink:
         if self.on_event is None:
             return
         if self.threaded:
-            self.hand_over(ConnectionEvent(kind, endpoint, cause, ev.value))
+            self.hand_over(event)
             return
         self.calling = threading.get_ident()
         try:
