@@ -149,9 +149,10 @@ stress-sigint: build $(THREAD_ENVS)
 	done; \
 	$(PY) tools/stress_sigint.py --runs $(STRESS_RUNS) $$pys
 
-# bench: codec, upcalls and bus in a few minutes (the default profile);
-# bench-full: the same with PERF.md's counts, repeats and idle waits (about
-# 45 minutes here).  More: make bench BENCH_ARGS="--quick --plot out.png".
+# bench: codec, upcalls and bus in a few minutes (the default profile), its
+# plots in build/bench/; bench-full: the same with PERF.md's counts, repeats
+# and idle waits (about 45 minutes here).  More: make bench
+# BENCH_ARGS="--quick --plot out.png" (python bench_upcalls.py --help).
 .PHONY: bench-full
 bench: build
 	$(PY) bench_upcalls.py $(BENCH_ARGS)

@@ -886,7 +886,7 @@ class BusBench(harness.Rig):
             report.Column("cpu", "CPU us/msg", get=lambda r: r["_s"]["cpu"],
                           fmt=lambda s: rng(s, report.fmt_us), align=">"),
             report.Column("cpu_ratio", "CPU x pyzmq", fmt=report.fmt_ratio),
-            report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio, wide_only=True),
+            report.Column("cpu_floor_ratio", "CPU x C", fmt=report.fmt_ratio, wide_only=True),
             report.Column("lost", "lost", wide_only=True),
         ]
         if self.latency:

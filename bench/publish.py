@@ -203,7 +203,7 @@ def print_table(transport: str, recs: list[dict], n: int, repeats: int) -> None:
         report.Column("cpu", "sender CPU us/msg", get=lambda r: r["_s"]["cpu"],
                       fmt=lambda s: rng(s, report.fmt_us), align=">"),
         report.Column("cpu_ratio", "CPU x pyzmq", fmt=report.fmt_ratio),
-        report.Column("cpu_floor_ratio", "x C", fmt=report.fmt_ratio),
+        report.Column("cpu_floor_ratio", "CPU x C", fmt=report.fmt_ratio),
         report.Column("zmq_messages", "zmq msgs"),
         report.Column("lost", "lost"),
     ]

@@ -70,9 +70,21 @@ bin=$cache/bin
 mkdir -p "$bin"
 # Compiler wrappers: one word each, as autotools, CMake and setuptools want.
 # -fno-sanitize=undefined: zig turns UBSan (trapping) on for unoptimized builds.
+# A lone query about the compiler itself (-v, -dumpversion, -dumpmachine,
+# -print-...), which configure, CMake and meson ask first: zig hands it to
+# clang with the glibc-versioned triple, which clang refuses ("zig: error:
+# version '.2.28' in target triple ... is invalid", status 1; the tools
+# then fall back).  The answer does not depend on the glibc version: asked
+# without it, clang answers and prints no error.
 for w in cc:cc cxx:c++; do
     cat > "$bin/zig-${w%%:*}" <<EOF
 #!/bin/sh
+if [ \$# -eq 1 ]; then
+    case "\$1" in
+        -v|--version|-dumpversion|-dumpfullversion|-dumpmachine|-print-*)
+            exec "$zig" ${w#*:} -target ${target%.$glibc} "\$1" ;;
+    esac
+fi
 exec "$zig" ${w#*:} -target $target -fno-sanitize=undefined "\$@"
 EOF
     chmod +x "$bin/zig-${w%%:*}"

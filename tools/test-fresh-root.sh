@@ -46,7 +46,6 @@ if [ ! -s "$tarball" ] || [ "$(cat "$tarball.prerequisites" 2>/dev/null)" != "$p
 fi
 
 root=$(mktemp -d /var/tmp/upcall-fresh-root.XXXXXX)
-chmod 755 "$root"       # mktemp's 0700 would keep apt's _apt user out of the root's /
 cleanup() {
     if [ -z "${UPCALL_FRESH_KEEP:-}" ]; then rm -rf --one-file-system "$root"; else log "kept $root"; fi
 }
@@ -54,6 +53,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 log "unpacking $tarball into $root"
 tar -C "$root" -xzf "$tarball"
+chmod 755 "$root"       # mktemp's 0700 (kept in the tarball) would keep apt's _apt user out
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mkdir -p "$root/src"
 # How this machine reaches PyPI, carried in: a CA bundle pip is told to
@@ -80,11 +80,12 @@ echo "== git: $(git log -1 --format='%h %s')"
 echo "== python3 before make: $(command -v python3 || echo none)"
 echo "== pyenv: none in this root, so make test-threads-all (the other CPythons) runs nothing"
 start=$(date +%s)
-make test
+test_rc=0; make test || test_rc=$?
 mid=$(date +%s)
-make bench BENCH_ARGS=--quick
+bench_rc=0; make bench BENCH_ARGS=--quick || bench_rc=$?
 end=$(date +%s)
-echo "== make test: $((mid - start)) s; make bench BENCH_ARGS=--quick: $((end - mid)) s"
+echo "== make test: status $test_rc, $((mid - start)) s; make bench BENCH_ARGS=--quick: status $bench_rc, $((end - mid)) s"
+[ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]
 EOF
 
 # In a private mount namespace (unshare: its mounts are private, nothing
@@ -97,6 +98,10 @@ umount_all() { for m in $mounted; do umount -l "$m" 2>/dev/null || true; done; }
 trap umount_all EXIT
 trap "exit 130" INT TERM
 m() { target=$1; shift; mount "$@" "$target"; mounted="$target $mounted"; }
+# The root a mount point of its own, as / is on a machine: `ip netns`
+# makes / a slave mount ("mount --make-rslave /"), which fails on a plain
+# directory.
+m "$r" --bind "$r"
 m "$r/proc" -t proc proc
 m "$r/sys" --rbind /sys
 m "$r/dev" --bind /dev
