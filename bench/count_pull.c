@@ -12,14 +12,10 @@
  * publishing rows measure the sender, and lost = N - delivered.
  */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <zmq.h>
 
+#include "floor.h"
 #include "msgpack.h"
 #include "wire.h"
-
-#define STALL_MS 5000
 
 /* Messages in one payload; *bad set when a coalesced one is malformed. */
 static long count_payload(const unsigned char *p, size_t len, int *bad)
@@ -46,21 +42,13 @@ static long count_payload(const unsigned char *p, size_t len, int *bad)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: count_pull ENDPOINT N\n");
+    long n = floor_count(argc, argv, 3, "count_pull ENDPOINT N");
+    if (n < 0)
         return 2;
-    }
-    long n = atol(argv[2]);
     void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_PULL);
-    int zero = 0, stall = STALL_MS;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
-    if (zmq_bind(sock, argv[1]) != 0) {
-        fprintf(stderr, "count_pull: bind %s: %s\n", argv[1], zmq_strerror(zmq_errno()));
+    void *sock = floor_bind_pull(ctx, argv[1], "count_pull");
+    if (!sock)
         return 1;
-    }
     printf("ready\n");
     fflush(stdout);
     zmq_msg_t msg;
