@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import Endpoints  # noqa: E402
+from bench_package import bench_module  # noqa: E402
+from helpers import free_tcp_port  # noqa: E402
 
 try:
     from hypothesis import HealthCheck, settings
@@ -155,5 +156,6 @@ def ipc_dir():
 
 @pytest.fixture
 def endpoints(ipc_dir):
-    """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp")."""
-    return Endpoints(ipc_dir)
+    """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp"); tcp
+    ports from free_tcp_port (never ephemeral, never handed out twice)."""
+    return bench_module("endpoints").Endpoints(ipc_dir, tcp_port=free_tcp_port)

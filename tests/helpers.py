@@ -11,7 +11,6 @@ import socket
 import textwrap
 import threading
 import time
-import uuid
 
 import upcall
 
@@ -135,24 +134,6 @@ def unreachable_tcp_endpoint():
     s.bind(("127.0.0.1", 0))
     _held_ports.append(s)
     return "tcp://127.0.0.1:%d" % s.getsockname()[1]
-
-
-class Endpoints:
-    """Fresh endpoint strings: ``endpoints("inproc" | "ipc" | "tcp")``."""
-
-    def __init__(self, ipc_dir):
-        self.ipc_dir = ipc_dir
-        self._n = itertools.count()
-
-    def __call__(self, transport):
-        n = next(self._n)
-        if transport == "inproc":
-            return "inproc://t%d-%s" % (n, uuid.uuid4().hex[:12])
-        if transport == "ipc":
-            return "ipc://%s/s%d.sock" % (self.ipc_dir, n)
-        if transport == "tcp":
-            return "tcp://127.0.0.1:%d" % free_tcp_port()
-        raise ValueError(transport)
 
 
 class Collector:
