@@ -829,18 +829,7 @@ static int topics_queued_while_busy(int mode)
         CHECK(pthread_create(&poller, NULL, poll_long, &job) == 0);
     CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
     /* The PUB may drop until the SUB has joined: send until one is in. */
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    for (;;) {
-        pthread_mutex_lock(&c.mu);
-        int in = c.entered;
-        pthread_mutex_unlock(&c.mu);
-        if (in)
-            break;
-        CHECK(!passed(&d));
-        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
-        sleep_ms(2);
-    }
+    CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
     /* The loop (or poll) is inside deliver, blocked: it holds the socket. */
     uint64_t t = 0;
     CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
@@ -977,18 +966,7 @@ static int test_topics_loop_ends_first(void)
     c.gate = 1;
     c.close_in_cb = 1; /* once released, the target closes its subscription */
     pthread_mutex_unlock(&c.mu);
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    for (;;) {
-        pthread_mutex_lock(&c.mu);
-        int in = c.entered;
-        pthread_mutex_unlock(&c.mu);
-        if (in)
-            break;
-        CHECK(!passed(&d));
-        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
-        sleep_ms(2);
-    }
+    CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
     uint64_t t = 0;
     CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
     pthread_mutex_lock(&c.mu);
