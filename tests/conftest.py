@@ -155,6 +155,15 @@ def ipc_dir():
 
 
 @pytest.fixture
+def zctx():
+    """A pyzmq context for the other end of a test's sockets, destroyed after it."""
+    import zmq
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+@pytest.fixture
 def endpoints(ipc_dir):
     """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp"); tcp
     ports from free_tcp_port (never ephemeral, never handed out twice)."""

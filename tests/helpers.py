@@ -288,6 +288,18 @@ def make_msg(i):
             "b": bytes([i % 256]) * (i % 5)}
 
 
+def run_to_end(sub, mode):
+    """Until sub's source has ended (a synthetic source's count): by poll()
+    in caller mode (it returns after each batch), else by waiting."""
+    if mode == "caller":
+        deadline = time.monotonic() + DEADLINE
+        while not sub.closed:
+            assert time.monotonic() < deadline, "the source did not end"
+            sub.poll(timeout=DEADLINE)
+    else:
+        assert sub.wait(DEADLINE)
+
+
 def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
     """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
     subscription (ipc, bound here) in ``mode``; wait for the good message.

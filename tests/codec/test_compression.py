@@ -50,13 +50,6 @@ def _pair(bus, endpoints, transport, target, compression, **kw):
     return sub, pub
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def _wait_released():
     gc.collect()
     wait_for(lambda: _bus.oob_outstanding() == (0, 0), what="every out-of-band buffer released")

@@ -35,13 +35,6 @@ def coalesced(msgs=(), *, version=1, body=None):
     return b"\xc9" + struct.pack(">I", len(data)) + b"\x7f" + data
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 class Peer:
     """Sends [topic, payload] into a bound PULL subscription: pyzmq over ipc
     and tcp, upcall's own PUSH on inproc (pyzmq's context cannot reach it)."""

@@ -320,13 +320,6 @@ def test_publisher_refuses_wire_ext_codes_and_strided_buffers(endpoints):
 
 # ---- interop with pyzmq + msgpack -----------------------------------------
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def _ref(index, size, version=1, flags=0):
     return msgpack.ExtType(126, struct.pack(">BBHIQ", version, flags, 0, index, size))
 

@@ -27,13 +27,6 @@ FOREIGN_126 = b"\xd4\x7e\x07"
 FOREIGN_126_REF = b"\xd8\x7e" + bytes([1, 0, 0, 0, 0, 0, 0, 2]) + (4).to_bytes(8, "big")
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def _exchange(zctx, endpoint, mode, messages, **subscribe_kw):
     """Send each multipart message of ``messages`` from a pyzmq PUSH, then an
     end marker, to a PULL subscription; return (delivered before the end
