@@ -288,6 +288,30 @@ def make_msg(i):
             "b": bytes([i % 256]) * (i % 5)}
 
 
+def batch_handler():
+    """An upcall.Handler taking batches (on_batch), keeping every message in
+    .got."""
+    import upcall
+
+    class Batches(upcall.Handler):
+        def __init__(self):
+            self.batches = True
+            self.got = []
+
+        def on_batch(self, msgs):
+            self.got.extend(msgs)
+    return Batches()
+
+
+def pyzmq_push(zctx, endpoint):
+    """A pyzmq PUSH connected to endpoint (linger 0): a foreign peer."""
+    import zmq
+    push = zctx.socket(zmq.PUSH)
+    push.linger = 0
+    push.connect(endpoint)
+    return push
+
+
 def run_to_end(sub, mode):
     """Until sub's source has ended (a synthetic source's count): by poll()
     in caller mode (it returns after each batch), else by waiting."""
@@ -313,9 +337,7 @@ def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subs
                             on_error=lambda exc, raw: errors.append(exc),
                             **subscribe_kw, **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         push.send_multipart(bad_frames)
         push.send_multipart(good_frames)
         col.wait(1, pump=pump)

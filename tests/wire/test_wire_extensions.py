@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 import upcall
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs
+from helpers import DEADLINE, Collector, make_pump, mode_kwargs, pyzmq_push
 
 END = "end"
 # A foreign ext 127 (fixext 1 would not do: the data is 2 bytes, fixext 2):
@@ -38,9 +38,7 @@ def _exchange(zctx, endpoint, mode, messages, **subscribe_kw):
                             on_error=lambda exc, raw: errors.append(exc),
                             **subscribe_kw, **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         for frames in messages:
             push.send_multipart(frames)
         push.send_multipart([b"t", msgpack.packb(END)])
@@ -129,9 +127,7 @@ def test_subscribe_async_plain(zctx, endpoints):
         with upcall.Bus() as bus:
             async with bus.subscribe_async(ep, kind="pull", bind=True,
                                            extensions=False) as asub:
-                push = zctx.socket(zmq.PUSH)
-                push.linger = 0
-                push.connect(asub.last_endpoint)
+                push = pyzmq_push(zctx, asub.last_endpoint)
                 push.send_multipart([b"t", FOREIGN_127])
                 push.send_multipart([b"t", FOREIGN_126])
                 async for msg in asub:
