@@ -329,7 +329,6 @@ def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subs
     subscription (ipc, bound here) in ``mode``; wait for the good message.
     Returns (delivered, errors passed to on_error, the subscription's stats)."""
     import upcall
-    import zmq
     col = Collector()
     errors = []
     with upcall.Bus() as bus:
