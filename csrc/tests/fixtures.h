@@ -354,6 +354,29 @@ static inline int rec_is(const rec *r, const char *topic, const char *payload)
         && r->plen == strlen(payload) && memcmp(r->payload, payload, r->plen) == 0;
 }
 
+/* Send the numbered messages "0", "1", ... "n-1", with an empty topic.
+ * 0, or 1 as a test. */
+static inline int send_numbered(uc_pub *p, int n)
+{
+    char payload[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(p, "", payload), UC_OK);
+    }
+    return 0;
+}
+
+/* c's first n records are the numbered messages, in order.  0, or 1. */
+static inline int recs_numbered(const coll *c, int n)
+{
+    char payload[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK(rec_is(&c->recs[i], "", payload));
+    }
+    return 0;
+}
+
 /* ---- transports ------------------------------------------------------- */
 
 enum { T_INPROC, T_IPC, T_TCP };

@@ -46,11 +46,7 @@ static int test_caller_mode(void)
     CHECK_EQ(d, 0);
     CHECK_EQ(uc_sub_poll(s, 30, 0, &d), UC_OK); /* times out */
     CHECK_EQ(d, 0);
-    char payload[32];
-    for (int i = 0; i < 100; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(p, 100), 0);
     /* inproc: all 100 sit in the pipe now.  max_messages is exact. */
     CHECK_EQ(uc_sub_poll(s, WAIT_MS, 4, &d), UC_OK);
     CHECK_EQ(d, 4);
@@ -60,10 +56,7 @@ static int test_caller_mode(void)
     CHECK_EQ(d, 96);
     CHECK_EQ(c.batches, 1 + (96 + 6) / 7); /* full batches of 7, then 5 */
     CHECK_EQ(c.max_batch, 7);
-    for (int i = 0; i < 100; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK(rec_is(&c.recs[i], "", payload));
-    }
+    CHECK_EQ(recs_numbered(&c, 100), 0);
     /* Re-entering poll from deliver is refused. */
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     c.poll_in_cb = 1;
@@ -556,11 +549,7 @@ static int test_poll_some(void)
     uc_sub *s;
     uc_pub *p;
     CHECK_EQ(open_pull_push(&c, 7, MODE_CALLER, &s, &p), 0);
-    char payload[32];
-    for (int i = 0; i < 10; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(p, 10), 0);
     size_t d = 99;
     CHECK_EQ(uc_sub_poll_some(s, WAIT_MS, 0, &d), UC_OK);
     CHECK_EQ(d, 7);
@@ -571,10 +560,7 @@ static int test_poll_some(void)
     CHECK_EQ(send_str(p, "", "10"), UC_OK);
     CHECK_EQ(uc_sub_poll_some(s, -1, 0, &d), UC_OK); /* no limit: returns with it */
     CHECK_EQ(d, 1);
-    for (int i = 0; i < 11; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK(rec_is(&c.recs[i], "", payload));
-    }
+    CHECK_EQ(recs_numbered(&c, 11), 0);
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     uc_sub_free(s);
     uc_pub_close(p);
