@@ -13,7 +13,7 @@ import gc
 import pytest
 
 import upcall
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
+from helpers import DEADLINE, Collector, batch_handler, make_pump, mode_kwargs, wait_for
 from aio_helpers import LOOPS, flood, joined, pull_pair, run, take, until
 
 pytestmark = pytest.mark.threads
@@ -51,27 +51,16 @@ def test_thread_delivery_tracking(endpoints, mode):
         sub.close()
 
 
-class Keep(upcall.Handler):
-    """A Handler taking whole batches (the vtable path the adapter uses)."""
-
-    def __init__(self):
-        self.batches = True
-        self.items = []
-
-    def on_batch(self, msgs):
-        self.items.extend(msgs)
-
-
 def test_handler_batch_tracking(endpoints):
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
-        keep = Keep()
+        keep = batch_handler()     # whole batches: the vtable path the adapter uses
         sub = bus.subscribe(ep, keep, kind="pull", bind=True)
         pub = bus.publisher(ep, kind="push", bind=False)
         pub.send(b"t", ATOMS)
         pub.send(b"t", NESTED)
-        wait_for(lambda: len(keep.items) >= 2, what="both messages")
-        check_tracking(*keep.items)
+        wait_for(lambda: len(keep.got) >= 2, what="both messages")
+        check_tracking(*keep.got)
         sub.close()
 
 
