@@ -42,13 +42,11 @@ static long count_payload(const unsigned char *p, size_t len, int *bad)
 
 int main(int argc, char **argv)
 {
-    long n = floor_count(argc, argv, 3, "count_pull ENDPOINT N");
-    if (n < 0)
-        return 2;
-    void *ctx = zmq_ctx_new();
-    void *sock = floor_bind_pull(ctx, argv[1], "count_pull");
-    if (!sock)
-        return 1;
+    floor_rx rx;
+    int rc = floor_rx_open(&rx, argc, argv, "count_pull ENDPOINT N");
+    if (rc != 0)
+        return rc;
+    long n = rx.n;
     printf("ready\n");
     fflush(stdout);
     zmq_msg_t msg;
@@ -56,7 +54,7 @@ int main(int argc, char **argv)
     long delivered = 0, zmq_messages = 0, bad = 0;
     int frame = 0;
     while (delivered < n) {
-        if (zmq_msg_recv(&msg, sock, 0) < 0)
+        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
         if (frame == 1) {                           /* [topic, payload, ...]: the payload */
             int b = 0;
@@ -75,7 +73,6 @@ int main(int argc, char **argv)
     printf("{\"delivered\": %ld, \"zmq_messages\": %ld, \"bad\": %ld}\n",
            delivered, zmq_messages, bad);
     fflush(stdout);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
+    floor_rx_close(&rx);
     return 0;
 }

@@ -40,22 +40,38 @@ static inline long floor_count(int argc, char **argv, int want, const char *usag
     return atol(argv[2]);
 }
 
-/* A PULL bound to endpoint: no linger, no high-water mark (the peer's flood
- * queues whole), receives that give up after STALL_MS.  NULL, with a line
- * naming prog, when the bind fails. */
-static inline void *floor_bind_pull(void *ctx, const char *endpoint, const char *prog)
+/* A receiving floor's context and socket, and N. */
+typedef struct {
+    void *ctx, *sock;
+    long n;
+} floor_rx;
+
+/* The start of a receiving floor's main, "PROG ENDPOINT N": a PULL bound to
+ * ENDPOINT with no linger, no high-water mark (the peer's flood queues
+ * whole) and receives that give up after STALL_MS.  0, or the exit status
+ * (2: usage, 1: the bind failed), a line printed. */
+static inline int floor_rx_open(floor_rx *rx, int argc, char **argv, const char *prog)
 {
-    void *sock = zmq_socket(ctx, ZMQ_PULL);
+    rx->n = floor_count(argc, argv, 3, prog);
+    if (rx->n < 0)
+        return 2;
+    rx->ctx = zmq_ctx_new();
+    rx->sock = zmq_socket(rx->ctx, ZMQ_PULL);
     int zero = 0, stall = STALL_MS;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
-    if (zmq_bind(sock, endpoint) != 0) {
-        fprintf(stderr, "%s: bind %s: %s\n", prog, endpoint, zmq_strerror(zmq_errno()));
-        zmq_close(sock);
-        return NULL;
+    zmq_setsockopt(rx->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(rx->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(rx->sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
+    if (zmq_bind(rx->sock, argv[1]) != 0) {
+        fprintf(stderr, "%s: bind %s: %s\n", argv[0], argv[1], zmq_strerror(zmq_errno()));
+        return 1;
     }
-    return sock;
+    return 0;
+}
+
+static inline void floor_rx_close(floor_rx *rx)
+{
+    zmq_close(rx->sock);
+    zmq_ctx_term(rx->ctx);
 }
 
 #endif

@@ -15,19 +15,17 @@
 
 int main(int argc, char **argv)
 {
-    long n = floor_count(argc, argv, 3, "floor_pull ENDPOINT N");
-    if (n < 0)
-        return 2;
-    void *ctx = zmq_ctx_new();
-    void *sock = floor_bind_pull(ctx, argv[1], "floor_pull");
-    if (!sock)
-        return 1;
+    floor_rx rx;
+    int rc = floor_rx_open(&rx, argc, argv, "floor_pull ENDPOINT N");
+    if (rc != 0)
+        return rc;
+    long n = rx.n;
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     long delivered = 0;
     double t0 = 0, c0 = 0, t1 = 0, c1 = 0;
     while (delivered < n) {
-        if (zmq_msg_recv(&msg, sock, 0) < 0)
+        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
         if (zmq_msg_more(&msg))
             continue;                               /* a message ends with its last frame */
@@ -43,7 +41,6 @@ int main(int argc, char **argv)
     printf("{\"delivered\": %ld, \"seconds\": %.9f, \"cpu\": %.9f}\n",
            delivered, delivered > 1 ? t1 - t0 : 0.0, delivered > 1 ? c1 - c0 : 0.0);
     fflush(stdout);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
+    floor_rx_close(&rx);
     return 0;
 }
