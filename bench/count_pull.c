@@ -12,14 +12,10 @@
  * publishing rows measure the sender, and lost = N - delivered.
  */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <zmq.h>
 
+#include "floor.h"
 #include "msgpack.h"
 #include "wire.h"
-
-#define STALL_MS 5000
 
 /* Messages in one payload; *bad set when a coalesced one is malformed. */
 static long count_payload(const unsigned char *p, size_t len, int *bad)
@@ -46,21 +42,11 @@ static long count_payload(const unsigned char *p, size_t len, int *bad)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: count_pull ENDPOINT N\n");
-        return 2;
-    }
-    long n = atol(argv[2]);
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_PULL);
-    int zero = 0, stall = STALL_MS;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
-    if (zmq_bind(sock, argv[1]) != 0) {
-        fprintf(stderr, "count_pull: bind %s: %s\n", argv[1], zmq_strerror(zmq_errno()));
-        return 1;
-    }
+    floor_rx rx;
+    int rc = floor_rx_open(&rx, argc, argv, "count_pull ENDPOINT N");
+    if (rc != 0)
+        return rc;
+    long n = rx.n;
     printf("ready\n");
     fflush(stdout);
     zmq_msg_t msg;
@@ -68,7 +54,7 @@ int main(int argc, char **argv)
     long delivered = 0, zmq_messages = 0, bad = 0;
     int frame = 0;
     while (delivered < n) {
-        if (zmq_msg_recv(&msg, sock, 0) < 0)
+        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
         if (frame == 1) {                           /* [topic, payload, ...]: the payload */
             int b = 0;
@@ -87,7 +73,6 @@ int main(int argc, char **argv)
     printf("{\"delivered\": %ld, \"zmq_messages\": %ld, \"bad\": %ld}\n",
            delivered, zmq_messages, bad);
     fflush(stdout);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
+    floor_rx_close(&rx);
     return 0;
 }

@@ -11,53 +11,21 @@
  * no call per message: what receiving alone costs.  Gives up after 5 s
  * without a message (delivered < N then).
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <zmq.h>
-
-#define STALL_MS 5000
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
-         + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
+#include "floor.h"
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: floor_pull ENDPOINT N\n");
-        return 2;
-    }
-    long n = atol(argv[2]);
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_PULL);
-    int zero = 0, stall = STALL_MS;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    /* A receive that waits this long means the flood has stopped. */
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &stall, sizeof stall);
-    if (zmq_bind(sock, argv[1]) != 0) {
-        fprintf(stderr, "floor_pull: bind %s: %s\n", argv[1], zmq_strerror(zmq_errno()));
-        return 1;
-    }
+    floor_rx rx;
+    int rc = floor_rx_open(&rx, argc, argv, "floor_pull ENDPOINT N");
+    if (rc != 0)
+        return rc;
+    long n = rx.n;
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     long delivered = 0;
     double t0 = 0, c0 = 0, t1 = 0, c1 = 0;
     while (delivered < n) {
-        if (zmq_msg_recv(&msg, sock, 0) < 0)
+        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
         if (zmq_msg_more(&msg))
             continue;                               /* a message ends with its last frame */
@@ -73,7 +41,6 @@ int main(int argc, char **argv)
     printf("{\"delivered\": %ld, \"seconds\": %.9f, \"cpu\": %.9f}\n",
            delivered, delivered > 1 ? t1 - t0 : 0.0, delivered > 1 ? c1 - c0 : 0.0);
     fflush(stdout);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
+    floor_rx_close(&rx);
     return 0;
 }

@@ -11,37 +11,17 @@
  * Then closes with an infinite linger, so that every message reaches the
  * receiver before the process ends.
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <zmq.h>
+
+#include "floor.h"
 
 static const char TOPIC[] = "bench.small";
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
-         + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: floor_push ENDPOINT N PAYLOAD_HEX\n");
+    long n = floor_count(argc, argv, 4, "floor_push ENDPOINT N PAYLOAD_HEX");
+    if (n < 0)
         return 2;
-    }
-    long n = atol(argv[2]);
     char payload[4096];
     size_t size = strlen(argv[3]) / 2;
     if (size > sizeof payload)

@@ -1,4 +1,4 @@
-"""The harness the sections share: endpoints, targets, receive loops, stable
+"""The harness the sections share: targets, receive loops, stable
 runs, and the runners of the physical floors' C programs.
 
 A section (bench/bus.py, bench/publish.py, bench/contention.py, ...) builds
@@ -6,18 +6,16 @@ its rows from these pieces; nothing here knows a section.  Beside this
 module, the rest of the harness layer: :mod:`bench.measure` (clocks, idle
 waits, stable runs, summaries), :mod:`bench.report` (tables),
 :mod:`bench.progress`, :mod:`bench.peer` (the peer process),
-:mod:`bench.workload` (the messages), :mod:`bench.floors` (where the floors'
+:mod:`bench.workload` (the messages), :mod:`bench.endpoints` (fresh
+endpoints, the tests' too), :mod:`bench.floors` (where the floors'
 binaries come from), :mod:`bench.netns` (a rate-limited link) and
 :mod:`bench.coalescing` (the coalesced payload built by hand).
 """
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
-import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -25,6 +23,7 @@ import time
 from typing import Any, Callable
 
 from bench import measure
+from bench.endpoints import Endpoints  # noqa: F401  (the sections' endpoints)
 from bench.floors import c_program
 from bench.peer import PeerProcess, latency_summary
 from bench.workload import small_payload
@@ -42,37 +41,6 @@ def upcall_bus():
     except ImportError:
         return None
     return upcall
-
-
-# ---- endpoints ------------------------------------------------------------------
-
-class Endpoints:
-    """Fresh endpoints per run, so no run sees another's leftovers."""
-
-    def __init__(self):
-        self._k = itertools.count()
-        self._dir: str | None = None
-
-    def new(self, transport: str) -> str:
-        k = next(self._k)
-        if transport == "inproc":
-            return f"inproc://upcall-bench-{os.getpid()}-{k}"
-        if transport == "ipc":
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="upcall-bench-")
-            return f"ipc://{self._dir}/{k}.sock"
-        if transport == "tcp":
-            # The subscriber binds after the publisher connects, so the port
-            # must be known first: ask the kernel for a free one.
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-        raise ValueError(f"unknown transport {transport!r}")
-
-    def cleanup(self) -> None:
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
 
 # ---- what a section's runs share ----------------------------------------------------

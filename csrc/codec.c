@@ -1,4 +1,4 @@
-/* The codec table (codec.h): a codec is one row here. */
+/* The codec table (codec.h), built from wire.h's UC_OOB_CODECS rows. */
 #include "codec.h"
 
 #include <string.h>

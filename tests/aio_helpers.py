@@ -12,11 +12,6 @@ try:
 except ImportError:
     uvloop = None
 
-try:
-    import uvloop
-except ImportError:
-    uvloop = None
-
 LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
     uvloop is None, reason="uvloop is not installed"))]
 
@@ -56,6 +51,38 @@ async def take(sub, n):
         if len(out) == n:
             break
     return out
+
+
+def pull_pair(bus, ep, pub_kw=None, **sub_kw):
+    """An async PULL subscription bound to ep and a PUSH publisher connected
+    to it (pub_kw: the publisher's arguments): (sub, pub)."""
+    sub = bus.subscribe_async(ep, kind="pull", bind=True, **sub_kw)
+    pub = bus.publisher(ep, kind="push", bind=False, **(pub_kw or {}))
+    return sub, pub
+
+
+def assert_all_delivered(stats, n):
+    """Every one of n messages delivered once: none dropped, none left queued."""
+    assert stats["delivered"] == stats["received"] == n, stats
+    assert stats["dropped"] == stats["decode_errors"] == 0, stats
+    assert stats["queued"] == 0, stats
+
+
+async def timeouts_keep_it_open(sub, anext):
+    """wait_for's timeouts (0, 1 ms, 10 ms) cancel a waiting anext() and leave
+    the subscription open."""
+    for timeout in (0, 0.001, 0.01):
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(anext(), timeout)
+        assert not sub.closed
+
+
+async def joined(sub, pub, topic, msg):
+    """PUB/SUB slow joiner, without consuming: send (topic, msg) until the
+    subscription has received one."""
+    while sub.stats["received"] == 0:
+        pub.send(topic, msg)
+        await asyncio.sleep(0.005)
 
 
 def flood(pub, messages, stop=None):

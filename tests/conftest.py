@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import Endpoints  # noqa: E402
+from bench_package import bench_module  # noqa: E402
+from helpers import free_tcp_port  # noqa: E402
 
 try:
     from hypothesis import HealthCheck, settings
@@ -156,6 +157,16 @@ def ipc_dir():
 
 
 @pytest.fixture
+def zctx():
+    """A pyzmq context for the other end of a test's sockets, destroyed after it."""
+    import zmq
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+@pytest.fixture
 def endpoints(ipc_dir):
-    """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp")."""
-    return Endpoints(ipc_dir)
+    """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp"); tcp
+    ports from free_tcp_port (never ephemeral, never handed out twice)."""
+    return bench_module("endpoints").Endpoints(ipc_dir, tcp_port=free_tcp_port)

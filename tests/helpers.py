@@ -12,7 +12,6 @@ import socket
 import textwrap
 import threading
 import time
-import uuid
 
 import upcall
 
@@ -149,24 +148,6 @@ def unreachable_tcp_endpoint():
     s.bind(("127.0.0.1", 0))
     _held_ports.append(s)
     return "tcp://127.0.0.1:%d" % s.getsockname()[1]
-
-
-class Endpoints:
-    """Fresh endpoint strings: ``endpoints("inproc" | "ipc" | "tcp")``."""
-
-    def __init__(self, ipc_dir):
-        self.ipc_dir = ipc_dir
-        self._n = itertools.count()
-
-    def __call__(self, transport):
-        n = next(self._n)
-        if transport == "inproc":
-            return "inproc://t%d-%s" % (n, uuid.uuid4().hex[:12])
-        if transport == "ipc":
-            return "ipc://%s/s%d.sock" % (self.ipc_dir, n)
-        if transport == "tcp":
-            return "tcp://127.0.0.1:%d" % free_tcp_port()
-        raise ValueError(transport)
 
 
 class Collector:
@@ -335,12 +316,47 @@ def marked_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subs
                                   **subscribe_kw)
 
 
+def batch_handler():
+    """An upcall.Handler taking batches (on_batch), keeping every message in
+    .got."""
+    import upcall
+
+    class Batches(upcall.Handler):
+        def __init__(self):
+            self.batches = True
+            self.got = []
+
+        def on_batch(self, msgs):
+            self.got.extend(msgs)
+    return Batches()
+
+
+def pyzmq_push(zctx, endpoint):
+    """A pyzmq PUSH connected to endpoint (linger 0): a foreign peer."""
+    import zmq
+    push = zctx.socket(zmq.PUSH)
+    push.linger = 0
+    push.connect(endpoint)
+    return push
+
+
+def run_to_end(sub, mode):
+    """Until sub's source has ended (a synthetic source's count): by poll()
+    in caller mode (it returns after each batch), else by waiting."""
+    if mode == "caller":
+        deadline = time.monotonic() + DEADLINE
+        while not sub.closed:
+            assert time.monotonic() < deadline, "the source did not end"
+            sub.poll(timeout=DEADLINE)
+    else:
+        assert sub.wait(DEADLINE)
+
+
 def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
     """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
     subscription (ipc, bound here) in ``mode``; wait for the good message.
     Returns (delivered, errors passed to on_error, the subscription's stats)."""
     import upcall
-    import zmq
     col = Collector()
     errors = []
     with upcall.Bus() as bus:
@@ -348,9 +364,7 @@ def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subs
                             on_error=lambda exc, raw: errors.append(exc),
                             **subscribe_kw, **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         push.send_multipart(bad_frames)
         push.send_multipart(good_frames)
         col.wait(1, pump=pump)

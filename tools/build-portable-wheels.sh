@@ -12,8 +12,10 @@
 # What they bundle, in upcall.libs/, is one library: a lean libzmq built
 # from Debian's source package (zeromq3), with CURVE through libsodium
 # (Debian's source, linked statically into libzmq), and without
-# krb5/gssapi, pgm, norm, libbsd, TLS or WebSocket.  liblz4 (compression)
-# is linked statically into the extension module.  libzmq's C++ runtime is
+# krb5/gssapi, pgm, norm, libbsd, TLS or WebSocket.  The libraries of the
+# compression codecs (liblz4, libzstd: every codec a source build has, so
+# that upcall.COMPRESSION is the same) are linked statically into the
+# extension module.  libzmq's C++ runtime is
 # zig's libc++, linked statically too.
 #
 # The sources are fetched at build time with `apt-get source` from Debian's
@@ -114,22 +116,34 @@ APT="-o Dir::Etc::SourceList=$cache/apt/sources.list -o Dir::Etc::SourceParts=/d
      -o Dir::State::Lists=$cache/apt/lists -o Debug::NoLocking=1 -o APT::Sandbox::User=root"
 fetch zeromq3 'zeromq3-*/'
 fetch libsodium 'libsodium-*/'
-fetch lz4 'lz4-*/'
 zmq_src=$(ls -d "$src"/zeromq3-*/ | head -1)
 sodium_src=$(ls -d "$src"/libsodium-*/ | head -1)
-lz4_src=$(ls -d "$src"/lz4-*/ | head -1)
+# The codecs: the names of meson.options' codec lines, every one a source
+# build has.  Each needs a recipe below; one without is an error here, not a
+# wheel that silently lacks it.
+codecs=$(sed -n "s/^option('\([a-z0-9_]*\)'.*compression codec:.*/\1/p" "$root/meson.options")
 
 # --- the native libraries, for glibc $glibc, into one prefix ---------------
 prefix=$cache/prefix-$glibc
 export PKG_CONFIG_LIBDIR="$prefix/lib/pkgconfig"   # ours only, never the host's
 unset PKG_CONFIG_PATH
-if [ ! -f "$prefix/.lz4" ]; then
-    log "liblz4 (static, PIC)"
-    make -s -C "$lz4_src/lib" clean >/dev/null
-    make -s -C "$lz4_src/lib" -j"$jobs" CC="$CC" AR="$bin/zig-ar" CFLAGS="-O3 -fPIC" \
-        BUILD_SHARED=no PREFIX="$prefix" install >/dev/null
-    touch "$prefix/.lz4"
-fi
+# A codec's library, static and PIC, into the prefix with its .pc file:
+# its Debian source package and the install targets of its lib/Makefile.
+for codec in $codecs; do
+    [ -f "$prefix/.$codec" ] && continue
+    case $codec in
+        lz4)  pkg=lz4;     targets="BUILD_SHARED=no install" ;;
+        zstd) pkg=libzstd; targets="install-static install-pc install-includes" ;;
+        *)    log "no recipe for the codec $codec (meson.options): add one here"; exit 1 ;;
+    esac
+    fetch "$pkg" "$pkg-*/"
+    codec_src=$(ls -d "$src/$pkg"-*/ | head -1)
+    log "the $codec codec's library (static, PIC)"
+    make -s -C "$codec_src/lib" clean >/dev/null
+    make -s -C "$codec_src/lib" -j"$jobs" CC="$CC" AR="$bin/zig-ar" CFLAGS="-O3 -fPIC" \
+        PREFIX="$prefix" $targets >/dev/null
+    touch "$prefix/.$codec"
+done
 if [ ! -f "$prefix/.sodium" ]; then
     log "libsodium (static, PIC)"
     b=$cache/build-sodium-$glibc
@@ -185,7 +199,7 @@ for py in $PYTHONS; do
     v=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     log "wheel for CPython $v ($py)"
     # The environment is all a PEP 517 backend gets: compilers, flags and
-    # where pkg-config finds libzmq and liblz4 (ours only).
+    # where pkg-config finds libzmq and the codecs' libraries (ours only).
     CC=$CC CXX=$CXX LDSHARED="$CC -shared" AR="$bin/zig-ar" \
     CFLAGS="-O3 -g0" LDFLAGS="-L$prefix/lib" \
         "$py" -m pip wheel -q --no-deps --no-cache-dir -w "$work/raw-$v" "$sdist" >"$work/pip-$v.log" 2>&1 \
@@ -193,6 +207,15 @@ for py in $PYTHONS; do
     LD_LIBRARY_PATH=$prefix/lib PATH=$tools/bin:$PATH \
         "$tools/bin/python" -m auditwheel repair --plat "$plat" -w "$out" "$work/raw-$v"/upcall-*.whl \
         >"$work/repair-$v.log" 2>&1 || { cat "$work/repair-$v.log" >&2; exit 1; }
+    # The wheel has every codec (a library pkg-config missed would leave
+    # one out of upcall.COMPRESSION without failing the build).
+    whl=$(ls -t "$out"/upcall-*-cp$(echo "$v" | tr -d .)-*.whl | head -1)
+    "$py" -m pip install -q --no-deps --no-index --no-compile --target "$work/check-$v" "$whl" \
+        >"$work/check-$v.log" 2>&1 || { cat "$work/check-$v.log" >&2; exit 1; }
+    has=$(cd "$work" && PYTHONPATH="$work/check-$v" "$py" -c \
+          'import upcall; print(" ".join(upcall.COMPRESSION))')
+    [ "$has" = "$(echo $codecs)" ] \
+        || { log "the CPython $v wheel has the codecs '$has', not '$(echo $codecs)'"; exit 1; }
 done
 for w in "$out"/upcall-*.whl; do
     "$tools/bin/python" -m auditwheel show "$w" | tr '\n' ' ' | sed 's/  */ /g'; echo

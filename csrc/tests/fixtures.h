@@ -286,6 +286,25 @@ static inline void coll_wait_entered(coll *c)
 }
 
 /* Let a gated callback blocked in deliver return. */
+/* A SUB's slow joiner: send topic from p until c's target has been entered
+ * (a PUB drops what it sends before the subscription has joined).  0, or 1
+ * as a test when the deadline passes first. */
+static inline int send_until_entered(coll *c, uc_pub *p, const char *topic)
+{
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int in = c->entered;
+        pthread_mutex_unlock(&c->mu);
+        if (in)
+            return 0;
+        CHECK(!passed(&d));
+        CHECK_EQ(uc_pub_send(p, topic, strlen(topic), "x", 1, -1), UC_OK);
+        sleep_ms(2);
+    }
+}
+
 static inline void coll_release(coll *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -335,6 +354,29 @@ static inline int rec_is(const rec *r, const char *topic, const char *payload)
         && r->plen == strlen(payload) && memcmp(r->payload, payload, r->plen) == 0;
 }
 
+/* Send the numbered messages "0", "1", ... "n-1", with an empty topic.
+ * 0, or 1 as a test. */
+static inline int send_numbered(uc_pub *p, int n)
+{
+    char payload[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK_EQ(send_str(p, "", payload), UC_OK);
+    }
+    return 0;
+}
+
+/* c's first n records are the numbered messages, in order.  0, or 1. */
+static inline int recs_numbered(const coll *c, int n)
+{
+    char payload[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        CHECK(rec_is(&c->recs[i], "", payload));
+    }
+    return 0;
+}
+
 /* ---- transports ------------------------------------------------------- */
 
 enum { T_INPROC, T_IPC, T_TCP };
@@ -360,7 +402,9 @@ enum { MODE_THREAD, MODE_CALLER };
 
 /* The pair most tests send through: a PULL subscription into c, bound to a
  * fresh inproc endpoint (its loop on a thread, or run by uc_sub_poll in
- * MODE_CALLER), and a PUSH publisher connected to it.  0, or 1 as a test. */
+ * MODE_CALLER), and a PUSH publisher connected to it.  c->sub is the
+ * subscription (for a callback that closes, frees or polls it).  0, or 1 as
+ * a test. */
 static inline int open_pull_push(coll *c, size_t batch, int mode, uc_sub **s, uc_pub **p)
 {
     char ep[64];
@@ -370,7 +414,8 @@ static inline int open_pull_push(coll *c, size_t batch, int mode, uc_sub **s, uc
         so.start = NULL;
     int err;
     *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(*s);
+    CHECK(*s && err == UC_OK);
+    atomic_store(&c->sub, *s);
     uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
     *p = uc_pub_open(g_bus, &po, &err);
     CHECK(*p);

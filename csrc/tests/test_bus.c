@@ -112,11 +112,7 @@ static int test_fanout_push(void)
         s[i] = uc_sub_open(g_bus, &so, &err);
         CHECK(s[i]);
     }
-    char payload[32];
-    for (int i = 0; i < N; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(p, N), 0);
     struct timespec d;
     abs_deadline(&d, WAIT_MS);
     for (;;) {

@@ -36,30 +36,17 @@ static int test_wake(void)
  * BUSY cases, close, CLOSED afterwards. */
 static int test_caller_mode(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 200);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 7);
-    so.start = NULL;
-    so.on_exit = NULL;
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s && err == UC_OK);
-    atomic_store(&c.sub, s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 7, MODE_CALLER, &s, &p), 0);
     size_t d = 99;
     CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_OK); /* nothing queued: returns */
     CHECK_EQ(d, 0);
     CHECK_EQ(uc_sub_poll(s, 30, 0, &d), UC_OK); /* times out */
     CHECK_EQ(d, 0);
-    char payload[32];
-    for (int i = 0; i < 100; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(p, 100), 0);
     /* inproc: all 100 sit in the pipe now.  max_messages is exact. */
     CHECK_EQ(uc_sub_poll(s, WAIT_MS, 4, &d), UC_OK);
     CHECK_EQ(d, 4);
@@ -69,10 +56,7 @@ static int test_caller_mode(void)
     CHECK_EQ(d, 96);
     CHECK_EQ(c.batches, 1 + (96 + 6) / 7); /* full batches of 7, then 5 */
     CHECK_EQ(c.max_batch, 7);
-    for (int i = 0; i < 100; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK(rec_is(&c.recs[i], "", payload));
-    }
+    CHECK_EQ(recs_numbered(&c, 100), 0);
     /* Re-entering poll from deliver is refused. */
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     c.poll_in_cb = 1;
@@ -200,7 +184,6 @@ static int test_caller_free_in_callback(void)
     uc_sub *s;
     uc_pub *p;
     CHECK_EQ(open_pull_push(&c, 4, MODE_CALLER, &s, &p), 0);
-    atomic_store(&c.sub, s);
     /* free from inside deliver, in caller mode */
     c.free_in_cb = 1;
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
@@ -246,7 +229,6 @@ static int test_close_in_callback(void)
     uc_sub *s;
     uc_pub *p;
     CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
-    atomic_store(&c.sub, s);
     pthread_mutex_lock(&c.mu); /* the loop thread reads it */
     c.close_in_cb = 1;
     pthread_mutex_unlock(&c.mu);
@@ -272,7 +254,6 @@ static int test_free_in_callback(void)
     uc_sub *s;
     uc_pub *p;
     CHECK_EQ(open_pull_push(&c, 1, MODE_THREAD, &s, &p), 0);
-    atomic_store(&c.sub, s);
     pthread_mutex_lock(&c.mu);
     c.free_in_cb = 1;
     pthread_mutex_unlock(&c.mu);
@@ -563,25 +544,12 @@ static int test_entry_never_comes(void)
  * waits, and returns with the first message that comes. */
 static int test_poll_some(void)
 {
-    char ep[64];
-    bind_ep(T_INPROC, ep, sizeof ep);
     coll c;
     coll_init(&c, 20);
-    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 7);
-    so.start = NULL;
-    so.on_exit = NULL;
-    int err;
-    uc_sub *s = uc_sub_open(g_bus, &so, &err);
-    CHECK(s && err == UC_OK);
-    atomic_store(&c.sub, s);
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
-    CHECK(p);
-    char payload[32];
-    for (int i = 0; i < 10; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    uc_sub *s;
+    uc_pub *p;
+    CHECK_EQ(open_pull_push(&c, 7, MODE_CALLER, &s, &p), 0);
+    CHECK_EQ(send_numbered(p, 10), 0);
     size_t d = 99;
     CHECK_EQ(uc_sub_poll_some(s, WAIT_MS, 0, &d), UC_OK);
     CHECK_EQ(d, 7);
@@ -592,10 +560,7 @@ static int test_poll_some(void)
     CHECK_EQ(send_str(p, "", "10"), UC_OK);
     CHECK_EQ(uc_sub_poll_some(s, -1, 0, &d), UC_OK); /* no limit: returns with it */
     CHECK_EQ(d, 1);
-    for (int i = 0; i < 11; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK(rec_is(&c.recs[i], "", payload));
-    }
+    CHECK_EQ(recs_numbered(&c, 11), 0);
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     uc_sub_free(s);
     uc_pub_close(p);

@@ -61,15 +61,21 @@ static void on_exit_cb(void *ctx)
     atomic_store(&((coll *)ctx)->exited, 1);
 }
 
-static uc_sub_opts sub_opts(coll *c, size_t batch)
+/* Where the loop runs: a pthread of the core's, or uc_sub_poll's caller
+ * (no thread, no exit hook). */
+enum { ON_THREAD, BY_CALLER };
+
+static uc_sub_opts sub_opts(coll *c, size_t batch, int mode)
 {
     uc_sub_opts o;
     memset(&o, 0, sizeof o);
     o.batch = batch;
     o.deliver = deliver;
-    o.on_exit = on_exit_cb;
     o.ctx = c;
-    o.start = uc_start_pthread;
+    if (mode == ON_THREAD) {
+        o.on_exit = on_exit_cb;
+        o.start = uc_start_pthread;
+    }
     return o;
 }
 
@@ -99,7 +105,7 @@ static int test_count_thread_mode(void)
     uc_bus *bus = uc_bus_new(1, &err);
     CHECK(bus);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 64);
+    uc_sub_opts o = sub_opts(c, 64, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 10000, 0);
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
@@ -132,7 +138,7 @@ static int test_unlimited_close(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 16);
+    uc_sub_opts o = sub_opts(c, 16, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 0, 0);
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
@@ -154,7 +160,7 @@ static int test_deliver_stops(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     c->stop_after = 100;
-    uc_sub_opts o = sub_opts(c, 10);
+    uc_sub_opts o = sub_opts(c, 10, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 0, 0);
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
@@ -170,10 +176,8 @@ static int test_caller_mode(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 32);
+    uc_sub_opts o = sub_opts(c, 32, BY_CALLER);
     uc_synth_opts y = synth_opts(c, 1000, 0);
-    o.start = NULL;
-    o.on_exit = NULL;
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     CHECK_EQ(uc_sub_wait(s, 0), UC_ERR_BUSY);
@@ -198,7 +202,7 @@ static int test_paced(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     /* 2000 messages at 20,000/s: due over 100 ms; it may not be faster. */
-    uc_sub_opts o = sub_opts(c, 256);
+    uc_sub_opts o = sub_opts(c, 256, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 2000, 20000.0);
     y.record_latency = 1;
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
@@ -227,7 +231,7 @@ static int test_paced_backlog_drops(void)
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
     c->slow_ms = 20;   /* a target far slower than the offered rate */
-    uc_sub_opts o = sub_opts(c, 8);
+    uc_sub_opts o = sub_opts(c, 8, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 4000, 40000.0);
     y.backlog_max = 100;
     y.record_latency = 1;
@@ -257,7 +261,7 @@ static int test_close_while_sleeping(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 1000);
+    uc_sub_opts o = sub_opts(c, 1000, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 0, 2.0);   /* one message every 500 ms */
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
@@ -278,10 +282,8 @@ static int test_caller_pause(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 32);
+    uc_sub_opts o = sub_opts(c, 32, BY_CALLER);
     uc_synth_opts y = synth_opts(c, 1000, 0);
-    o.start = NULL;
-    o.on_exit = NULL;
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     size_t got = 0;
@@ -311,9 +313,7 @@ static int test_caller_pause(void)
     uc_sub_free(s);
 
     c = new_coll();
-    o = sub_opts(c, 32);
-    o.start = NULL;
-    o.on_exit = NULL;
+    o = sub_opts(c, 32, BY_CALLER);
     s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     c->pause_take = 2;
@@ -333,12 +333,12 @@ static int test_bad_args(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 8);
+    uc_sub_opts o = sub_opts(c, 8, ON_THREAD);
     uc_synth_opts y = synth_opts(c, 10, 0);
     y.payload.data = NULL;
     CHECK(uc_synth_open(bus, &o, &y, &err) == NULL);
     CHECK_EQ(err, UC_ERR_ARG);
-    o = sub_opts(c, 0);
+    o = sub_opts(c, 0, ON_THREAD);
     y = synth_opts(c, 10, 0);
     CHECK(uc_synth_open(bus, &o, &y, &err) == NULL);
     CHECK_EQ(err, UC_ERR_ARG);
@@ -353,10 +353,8 @@ static int test_optional_ops_left_out(void)
     int err;
     uc_bus *bus = uc_bus_new(1, &err);
     coll *c = new_coll();
-    uc_sub_opts o = sub_opts(c, 8);
+    uc_sub_opts o = sub_opts(c, 8, BY_CALLER);
     uc_synth_opts y = synth_opts(c, 10, 0);
-    o.start = NULL;
-    o.on_exit = NULL;
     uc_sub *s = uc_synth_open(bus, &o, &y, &err);
     CHECK(s);
     uint64_t ticket = 0;

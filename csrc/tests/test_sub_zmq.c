@@ -383,11 +383,7 @@ static int open_scripted(scripted *c, size_t batch, int queued, uc_sub **s, uc_p
     uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
     *p = uc_pub_open(g_bus, &po, &err);
     CHECK(*p);
-    char payload[16];
-    for (int i = 0; i < queued; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(*p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(*p, queued), 0);
     return 0;
 }
 
@@ -508,11 +504,7 @@ static int test_rest_thread_mode(void)
     CHECK(s);
     uc_pub *p = uc_pub_open(g_bus, &po, &err);
     CHECK(p);
-    char payload[16];
-    for (int i = 0; i < N; i++) {
-        snprintf(payload, sizeof payload, "%d", i);
-        CHECK_EQ(send_str(p, "", payload), UC_OK);
-    }
+    CHECK_EQ(send_numbered(p, N), 0);
     struct timespec d;
     abs_deadline(&d, WAIT_MS);
     uc_stats st;
@@ -522,6 +514,7 @@ static int test_rest_thread_mode(void)
     } while (st.batches < N && !passed(&d));
     CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* the loop's writes are seen after it */
     CHECK_EQ(c.n_taken, N);
+    char payload[16];
     for (int i = 0; i < N; i++) {
         snprintf(payload, sizeof payload, "%d", i);
         CHECK(strcmp(c.taken[i], payload) == 0);
@@ -829,18 +822,7 @@ static int topics_queued_while_busy(int mode)
         CHECK(pthread_create(&poller, NULL, poll_long, &job) == 0);
     CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
     /* The PUB may drop until the SUB has joined: send until one is in. */
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    for (;;) {
-        pthread_mutex_lock(&c.mu);
-        int in = c.entered;
-        pthread_mutex_unlock(&c.mu);
-        if (in)
-            break;
-        CHECK(!passed(&d));
-        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
-        sleep_ms(2);
-    }
+    CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
     /* The loop (or poll) is inside deliver, blocked: it holds the socket. */
     uint64_t t = 0;
     CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
@@ -977,18 +959,7 @@ static int test_topics_loop_ends_first(void)
     c.gate = 1;
     c.close_in_cb = 1; /* once released, the target closes its subscription */
     pthread_mutex_unlock(&c.mu);
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    for (;;) {
-        pthread_mutex_lock(&c.mu);
-        int in = c.entered;
-        pthread_mutex_unlock(&c.mu);
-        if (in)
-            break;
-        CHECK(!passed(&d));
-        CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
-        sleep_ms(2);
-    }
+    CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
     uint64_t t = 0;
     CHECK_EQ(uc_sub_subscribe(s, "b.", 2, &t), UC_OK);
     pthread_mutex_lock(&c.mu);

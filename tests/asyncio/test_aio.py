@@ -15,7 +15,8 @@ import threading
 import pytest
 
 import upcall
-from aio_helpers import LOOPS, flood, raiser_of as _raise, run, take, until
+from aio_helpers import (LOOPS, assert_all_delivered, flood, joined, pull_pair,
+                         raiser_of as _raise, run, take, until)
 from helpers import DEADLINE, fd_count, script_env, thread_count, wait_for
 
 pytestmark = pytest.mark.threads
@@ -46,16 +47,12 @@ def test_pull_in_order_nothing_lost(endpoints, loop_kind, transport):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints(transport)
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=64, batch=32)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=100)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=100), queue_size=64, batch=32)
             sender = flood(pub, ((b"t", {"i": i}) for i in range(n)))
             got = await take(sub, n)
             sender.join(DEADLINE)
             assert [m["i"] for m in got] == list(range(n))
-            stats = sub.stats
-            assert stats["delivered"] == stats["received"] == n
-            assert stats["dropped"] == stats["decode_errors"] == 0
-            assert stats["queued"] == 0
+            assert_all_delivered(sub.stats, n)
             await sub.aclose()
     run(loop_kind, main())
 
@@ -131,9 +128,7 @@ def test_sub_overflow_drops_and_counts(endpoints, loop_kind):
             sub = bus.subscribe_async(ep, bind=True, queue_size=10, rcvhwm=0, with_topic=True)
             pub = bus.publisher(ep, bind=False, sndhwm=0)
             # Slow joiner, without consuming: probes until one was received.
-            while sub.stats["received"] == 0:
-                pub.send(b"probe", "probe")
-                await asyncio.sleep(0.005)
+            await joined(sub, pub, b"probe", "probe")
             for i in range(n):
                 pub.send(b"data", i)
 
@@ -178,8 +173,7 @@ def test_one_wakeup_per_batch_at_most(endpoints):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=n)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0), queue_size=n)
             # 1. The consumer waits, a flood comes.
             consumer = asyncio.ensure_future(take(sub, n))
             await asyncio.sleep(0.01)
@@ -796,8 +790,7 @@ def test_send_async_uses_the_publishers_encoder(endpoints):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True)
-            pub = bus.publisher(ep, kind="push", bind=False, default=lambda o: sorted(o))
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(default=lambda o: sorted(o)))
             raw = bus.publisher(ep, kind="push", bind=False,
                                 encoder=lambda o: upcall.packb({"raw": o}))
             await pub.send_async(b"t", {3, 1, 2})

@@ -13,7 +13,8 @@ import pytest
 
 import upcall
 from helpers import DEADLINE
-from aio_helpers import LOOPS, flood, run, take, until
+from aio_helpers import (LOOPS, assert_all_delivered, flood, joined, pull_pair, run, take,
+                         timeouts_keep_it_open, until)
 
 pytestmark = pytest.mark.threads
 
@@ -41,17 +42,13 @@ def test_batches_in_order_nothing_lost(endpoints, loop_kind, transport):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints(transport)
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=64, batch=32)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=100)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=100), queue_size=64, batch=32)
             sender = flood(pub, ((b"t", {"i": i}) for i in range(n)))
             batches = await take_batches(sub, n)
             sender.join(DEADLINE)
             assert [m["i"] for b in batches for m in b] == list(range(n))
             assert max(len(b) for b in batches) <= 64
-            stats = sub.stats
-            assert stats["delivered"] == stats["received"] == n
-            assert stats["dropped"] == stats["decode_errors"] == 0
-            assert stats["queued"] == 0
+            assert_all_delivered(sub.stats, n)
             await sub.aclose()
     run(loop_kind, main())
 
@@ -65,9 +62,7 @@ def test_batches_sub_overflow_drops_and_counts(endpoints, loop_kind):
             ep = endpoints("inproc")
             sub = bus.subscribe_async(ep, bind=True, queue_size=10, rcvhwm=0, with_topic=True)
             pub = bus.publisher(ep, bind=False, sndhwm=0)
-            while sub.stats["received"] == 0:      # slow joiner, without consuming
-                pub.send(b"probe", "probe")
-                await asyncio.sleep(0.005)
+            await joined(sub, pub, b"probe", "probe")      # slow joiner, without consuming
             for i in range(n):
                 pub.send(b"data", i)
 
@@ -95,8 +90,7 @@ def test_batches_and_messages_mixed_keep_the_order(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=100)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0), batch=100)
             flood(pub, ((b"t", i) for i in range(n))).join(DEADLINE)
             await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
             got = await take(sub, 7)
@@ -117,13 +111,9 @@ def test_batches_cancelled_wait_takes_nothing(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True)
-            pub = bus.publisher(ep, kind="push", bind=False)
+            sub, pub = pull_pair(bus, ep)
             batches = sub.batches()
-            for timeout in (0, 0.001, 0.01):
-                with pytest.raises(asyncio.TimeoutError):
-                    await asyncio.wait_for(batches.__anext__(), timeout)
-                assert not sub.closed
+            await timeouts_keep_it_open(sub, batches.__anext__)
             await pub.send_async(b"t", "one", timeout=DEADLINE)
             assert await asyncio.wait_for(batches.__anext__(), DEADLINE) == ["one"]
             await pub.send_async(b"t", "two", timeout=DEADLINE)
@@ -161,8 +151,7 @@ def test_a_queued_message_is_taken_without_a_coroutine(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=10)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0), batch=10)
             waiting = sub.__anext__()
             assert not inspect.iscoroutine(waiting) and inspect.isawaitable(waiting)
             flood(pub, ((b"t", i) for i in range(5))).join(DEADLINE)
@@ -202,8 +191,7 @@ def test_messages_under_a_trace_function(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0))
             flood(pub, ((b"t", i) for i in range(3))).join(DEADLINE)
             await until(lambda: sub.stats["queued"] == 3, "the flood to be queued")
             assert await take(sub, 2) == [0, 1]
@@ -247,8 +235,7 @@ def test_out_of_band_messages_keep_their_place(endpoints, loop_kind, how):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=64, batch=16)
-            pub = bus.publisher(ep, kind="push", bind=False, oob_threshold=big)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(oob_threshold=big), queue_size=64, batch=16)
             sender = flood(pub, ((b"t", message(i)) for i in range(n)))
             got = []
             if how == "batches":

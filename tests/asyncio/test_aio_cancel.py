@@ -13,7 +13,8 @@ import pytest
 
 import upcall
 from helpers import DEADLINE, wait_for
-from aio_helpers import LOOPS, flood, raiser_of as _raise, run, until
+from aio_helpers import (LOOPS, flood, pull_pair, raiser_of as _raise, run,
+                         timeouts_keep_it_open, until)
 
 
 async def waiting(sub):
@@ -28,12 +29,8 @@ def test_wait_for_timeouts_keep_the_subscription(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True)
-            pub = bus.publisher(ep, kind="push", bind=False)
-            for timeout in (0, 0.001, 0.01):
-                with pytest.raises(asyncio.TimeoutError):
-                    await asyncio.wait_for(sub.__anext__(), timeout)
-                assert not sub.closed
+            sub, pub = pull_pair(bus, ep)
+            await timeouts_keep_it_open(sub, sub.__anext__)
             for i in range(3):
                 await pub.send_async(b"t", i, timeout=DEADLINE)
                 assert await asyncio.wait_for(sub.__anext__(), DEADLINE) == i
@@ -53,8 +50,7 @@ def test_a_cancelled_wait_takes_nothing(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True)
-            pub = bus.publisher(ep, kind="push", bind=False)
+            sub, pub = pull_pair(bus, ep)
             # 1. Waiting, nothing queued.
             task = asyncio.ensure_future(sub.__anext__())
             await waiting(sub)
@@ -101,8 +97,7 @@ def test_random_cancellations_lose_and_duplicate_nothing(endpoints, loop_kind, s
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=16, batch=8)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=50)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=50), queue_size=16, batch=8)
             sender = flood(pub, ((b"t", i) for i in range(n)))
             got = []
             cancelled = 0
@@ -146,8 +141,7 @@ def test_every_end_still_ends_the_iteration_after_a_cancelled_wait(endpoints, lo
         try:
             ep = endpoints("inproc")
             kwargs = {"on_error": _raise(upcall.StopDelivery)} if end.startswith("on_error") else {}
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, **kwargs)
-            pub = bus.publisher(ep, kind="push", bind=False)
+            sub, pub = pull_pair(bus, ep, **kwargs)
             async with sub:
                 with pytest.raises(asyncio.TimeoutError):
                     await asyncio.wait_for(sub.__anext__(), 0.001)

@@ -14,7 +14,7 @@ import pytest
 from bench_package import BENCH_DIR, bench_module
 
 #: The harness layer: what the sections share.  None of these may import a section.
-HARNESS = {"harness", "measure", "report", "progress", "peer", "floors", "workload", "netns",
+HARNESS = {"harness", "endpoints", "measure", "report", "progress", "peer", "floors", "workload", "netns",
            "coalescing", "plot"}
 #: The sections (one per bench_upcalls.py flag) and their parts.
 SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "routing",

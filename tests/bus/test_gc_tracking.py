@@ -13,8 +13,8 @@ import gc
 import pytest
 
 import upcall
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs, wait_for
-from aio_helpers import LOOPS, flood, run, take, until
+from helpers import DEADLINE, Collector, batch_handler, make_pump, mode_kwargs, wait_for
+from aio_helpers import LOOPS, flood, joined, pull_pair, run, take, until
 
 pytestmark = pytest.mark.threads
 
@@ -51,27 +51,16 @@ def test_thread_delivery_tracking(endpoints, mode):
         sub.close()
 
 
-class Keep(upcall.Handler):
-    """A Handler taking whole batches (the vtable path the adapter uses)."""
-
-    def __init__(self):
-        self.batches = True
-        self.items = []
-
-    def on_batch(self, msgs):
-        self.items.extend(msgs)
-
-
 def test_handler_batch_tracking(endpoints):
     with upcall.Bus() as bus:
         ep = endpoints("inproc")
-        keep = Keep()
+        keep = batch_handler()     # whole batches: the vtable path the adapter uses
         sub = bus.subscribe(ep, keep, kind="pull", bind=True)
         pub = bus.publisher(ep, kind="push", bind=False)
         pub.send(b"t", ATOMS)
         pub.send(b"t", NESTED)
-        wait_for(lambda: len(keep.items) >= 2, what="both messages")
-        check_tracking(*keep.items)
+        wait_for(lambda: len(keep.got) >= 2, what="both messages")
+        check_tracking(*keep.got)
         sub.close()
 
 
@@ -82,8 +71,7 @@ def test_asyncio_tracking(endpoints, loop_kind, how):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, with_topic=how == "with_topic")
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0), with_topic=how == "with_topic")
             flood(pub, [(b"t", ATOMS), (b"t", NESTED)]).join(DEADLINE)
             await until(lambda: sub.stats["queued"] == 2, "both to be queued")
             if how == "batches":
@@ -126,8 +114,7 @@ def test_asyncio_queued_messages_wait_undecoded(endpoints, loop_kind):
     async def main():
         with upcall.Bus() as bus:
             ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, batch=n, decoder=decoder)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=0)
+            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=0), batch=n, decoder=decoder)
             flood(pub, ((b"t", {"i": i, "sizes": [i]}) for i in range(n))).join(DEADLINE)
             await until(lambda: sub.stats["queued"] == n, "the flood to be queued")
             assert made == []
@@ -152,9 +139,7 @@ def test_asyncio_dropped_messages_are_never_decoded(endpoints, loop_kind):
             ep = endpoints("inproc")
             sub = bus.subscribe_async(ep, bind=True, queue_size=2, rcvhwm=0, decoder=decoder)
             pub = bus.publisher(ep, bind=False, sndhwm=0)
-            while sub.stats["received"] == 0:      # slow joiner, without consuming
-                pub.send(b"t", -1)
-                await asyncio.sleep(0.005)
+            await joined(sub, pub, b"t", -1)      # slow joiner, without consuming
             for i in range(20):
                 pub.send(b"t", i)
             await until(lambda: sub.stats["received"] >= 21

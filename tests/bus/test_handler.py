@@ -9,31 +9,17 @@ import upcall
 from upcall._bus import _synthetic_info, _synthetic_subscribe
 from upcall.handler import Counter, Handler, _call_loop
 
-from helpers import DEADLINE, wait_for
+from helpers import DEADLINE, mode_kwargs, run_to_end, wait_for
 
 MODES = ["native", "python", "caller"]
 
 
 def _subscribe(bus, endpoint, target, mode, **kw):
     """endpoint None: the synthetic source."""
-    if mode == "caller":
-        kw["delivery"] = "caller"
-    elif mode == "python":
-        kw["thread_factory"] = upcall.python_threads
+    kw.update(mode_kwargs(mode))
     if endpoint is None:
         return _synthetic_subscribe(bus, target, **kw)
     return bus.subscribe(endpoint, target, **kw)
-
-
-def _run(sub, mode):
-    if mode == "caller":
-        # poll() returns after each batch: until the source's end closes it.
-        deadline = time.monotonic() + DEADLINE
-        while not sub.closed:
-            assert time.monotonic() < deadline, "the source did not end"
-            sub.poll(timeout=DEADLINE)
-    else:
-        assert sub.wait(DEADLINE)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -41,7 +27,7 @@ def test_counter_over_synthetic_source(mode):
     c = Counter()
     with upcall.Bus() as bus:
         sub = _subscribe(bus, None, c, mode, count=10_000, batch=64)
-        _run(sub, mode)
+        run_to_end(sub, mode)
         assert c.count == 10_000
         assert c.last is None                       # the default payload is nil
         assert sub.stats["delivered"] == 10_000
@@ -61,7 +47,7 @@ def test_python_subclass_override(mode):
     h = Collect()
     with upcall.Bus() as bus:
         sub = _subscribe(bus, None, h, mode, count=100, payload=upcall.packb({"a": 1}))
-        _run(sub, mode)
+        run_to_end(sub, mode)
     assert h.got == [{"a": 1}] * 100
 
 
@@ -87,7 +73,7 @@ def test_batches(mode):
     h = Batches()
     with upcall.Bus() as bus:
         sub = _subscribe(bus, None, h, mode, count=1000, batch=100)
-        _run(sub, mode)
+        run_to_end(sub, mode)
         assert sum(h.sizes) == 1000 and max(h.sizes) == 100
         assert sub.stats["delivered"] == 1000
 

@@ -2,7 +2,6 @@
 by counts over the synthetic source and over real sockets."""
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -11,25 +10,14 @@ from upcall._bus import _synthetic_subscribe
 from upcall.handler import Counter
 from upcall.native import Count, FieldFilter, NativeHandler
 
-from helpers import DEADLINE, script_env, wait_for
+from helpers import DEADLINE, mode_kwargs, run_to_end, script_env, wait_for
 
 MODES = ["native", "python", "caller"]
 
 
 def _run(bus, target, mode, **kw):
-    if mode == "caller":
-        kw["delivery"] = "caller"
-    elif mode == "python":
-        kw["thread_factory"] = upcall.python_threads
-    sub = _synthetic_subscribe(bus, target, **kw)
-    if mode == "caller":
-        # poll() returns after each batch: until the source's end closes it.
-        deadline = time.monotonic() + DEADLINE
-        while not sub.closed:
-            assert time.monotonic() < deadline, "the source did not end"
-            sub.poll(timeout=DEADLINE)
-    else:
-        assert sub.wait(DEADLINE)
+    sub = _synthetic_subscribe(bus, target, **kw, **mode_kwargs(mode))
+    run_to_end(sub, mode)
     return sub
 
 

@@ -20,8 +20,8 @@ import zmq
 import upcall
 from upcall import _bus
 from codecs_reference import REFERENCE, UNKNOWN_CODEC
-from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
-                     wait_for)
+from helpers import (DEADLINE, Collector, batch_handler, decode_error_then_good, make_pump,
+                     mode_kwargs, pyzmq_push, wait_for)
 
 MODES = ["native", "python", "caller", "executor"]
 THRESHOLD = 4096
@@ -48,13 +48,6 @@ def _pair(bus, endpoints, transport, target, compression, **kw):
     pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, oob_threshold=THRESHOLD,
                         compression=compression)
     return sub, pub
-
-
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
 
 
 def _wait_released():
@@ -318,15 +311,7 @@ def test_copy_true_delivers_bytes(codec, endpoints, mode, compressed):
 
 
 def test_copy_true_on_inproc_and_for_handlers(codec, endpoints):
-    class Batches(upcall.Handler):
-        def __init__(self):
-            self.batches = True
-            self.got = []
-
-        def on_batch(self, msgs):
-            self.got.extend(msgs)
-
-    h = Batches()
+    h = batch_handler()
     with upcall.Bus() as bus:
         sub, pub = _pair(bus, endpoints, "inproc", h, codec.name, copy=True)
         pub.send(b"t", {"r": RANDOM, "t": TEXT})
@@ -370,9 +355,7 @@ def test_upcall_reads_a_foreign_frame(codec, zctx, endpoints, transport, sized, 
     col = Collector()
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints(transport), col, kind="pull", bind=True, copy=copy)
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         push.send_multipart([b"t", msgpack.packb({"blob": _ref(2, len(TEXT), flags=codec.wire_id),
                                                    "raw": _ref(3, 5)}),
                              codec.compress(TEXT, sized), b"hello"])
@@ -472,9 +455,7 @@ def test_max_message_size_bounds_the_decompressed_size(codec, zctx, endpoints):
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True,
                             max_message_size=len(TEXT) - 1,
                             on_error=lambda exc, raw: errors.append(exc))
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         small = TEXT[:50_000]
         push.send_multipart([b"t", msgpack.packb([_ref(2, len(TEXT), flags=codec.wire_id)]),
                              codec.compress(TEXT)])
@@ -550,9 +531,7 @@ def test_max_message_size_bounds_the_sum_of_the_frames(codec, zctx, endpoints, c
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
                             max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         for n in (14, 9):
             refs = [_ref(2 + i, len(part), flags=codec.wire_id) for i in range(n)]
             push.send_multipart([b"t", msgpack.packb(refs)] + [frame] * n)
@@ -578,9 +557,7 @@ def test_max_message_size_counts_raw_frames_and_the_payload_too(codec, zctx, end
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True,
                             max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         # 150 kB raw + 100 kB decompressed + a 60 kB payload: over.
         push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=c),
                                                   "p" * 60_000]), raw, frame])
@@ -617,9 +594,7 @@ def test_a_claim_the_frame_cannot_reach_allocates_nothing(codec, zctx, endpoints
             sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=True,
                                 max_message_size=2 * CLAIM,
                                 on_error=lambda exc, raw: errors.append(exc))
-            push = zctx.socket(zmq.PUSH)
-            push.linger = 0
-            push.connect(sub.last_endpoint)
+            push = pyzmq_push(zctx, sub.last_endpoint)
             tracemalloc.reset_peak()
             push.send_multipart([b"t", msgpack.packb([_ref(2, CLAIM, flags=codec.wire_id)]),
                                  frame])
@@ -652,9 +627,7 @@ def test_decoder_max_len_applies_to_decompressed_values(codec, zctx, endpoints, 
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
                             decoder=upcall.Decoder(max_len=len(TEXT)))
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         push.send_multipart(bad)
         col.wait(1)
         assert bytes(col.items[0][0]) == TEXT
@@ -725,9 +698,7 @@ def test_decoding_leaves_the_collector_to_the_application(codec, zctx, endpoints
             sub = bus.subscribe(endpoints("ipc"), lambda m: got.append(len(m[1])), kind="pull",
                                 bind=True, **mode_kwargs(mode))
             pump = make_pump(sub) if mode == "caller" else None
-            push = zctx.socket(zmq.PUSH)
-            push.linger = 0
-            push.connect(sub.last_endpoint)
+            push = pyzmq_push(zctx, sub.last_endpoint)
             watcher.start()
             for phase in (1, 2):
                 for _ in range(count):
@@ -770,9 +741,7 @@ def test_upcall_listen_bounds_what_a_message_decompresses_to(codec, zctx, endpoi
                              "pull", "--count", "1", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=script_env(), cwd=tmp_path)
     try:
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(ep)
+        push = pyzmq_push(zctx, ep)
         if limit:
             # Each frame is small on the wire and within the limit once
             # decompressed; the two together are not.

@@ -20,12 +20,17 @@ import zipfile
 
 import pytest
 
+import upcall
+from codecs_reference import REFERENCE
+
 pytestmark = [pytest.mark.portable, pytest.mark.timeout(3600)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAT = "manylinux_2_28_x86_64"
 MAX_GLIBC = (2, 28)
 # What a manylinux wheel may take from the system (PEP 600's list for x86_64).
+# The codecs' libraries by their file names' start (liblz4, libzstd).
+CODEC_LIBRARIES = tuple(r.library for r in REFERENCE.values())
 SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "librt.so.1", "libdl.so.2",
                "ld-linux-x86-64.so.2", "libgcc_s.so.1", "libstdc++.so.6"}
 
@@ -99,15 +104,17 @@ def test_tag_and_bundled_libraries(wheels, tmp_path):
             assert m and (int(m.group(1)), int(m.group(2))) <= MAX_GLIBC, show
         d = unpack(whl, tmp_path / os.path.basename(whl))
         libs = sorted(os.listdir(d / "upcall.libs"))
-        # One library: libzmq (libsodium for CURVE is linked into it, liblz4
-        # into the extension module).
+        # One library: libzmq (libsodium for CURVE is linked into it, the
+        # codecs' libraries into the extension module).
         assert len(libs) == 1 and libs[0].startswith("libzmq-"), libs
         for so in [d / "upcall.libs" / libs[0], *sorted((d / "upcall").glob("*.so"))]:
             needed, glibc = needed_and_glibc(str(so))
             assert glibc <= MAX_GLIBC, (so.name, glibc)
             assert needed - SYSTEM_LIBS <= {libs[0]}, (so.name, needed)
-            # No krb5/gssapi, pgm, norm, libbsd, libsodium as a separate library.
-            assert not [n for n in needed if re.match(r"lib(gssapi|krb5|pgm|norm|bsd|sodium|lz4)", n)]
+            # No krb5/gssapi, pgm, norm, libbsd, libsodium or a codec's library
+            # as a separate one.
+            assert not [n for n in needed if re.match(r"lib(gssapi|krb5|pgm|norm|bsd|sodium)", n)
+                        or n.startswith(CODEC_LIBRARIES)]
 
 
 ROUND_TRIP = textwrap.dedent("""
@@ -121,14 +128,18 @@ ROUND_TRIP = textwrap.dedent("""
             time.sleep(0.005)
 
     msgs = [{"i": i, "name": "n" * (i % 7), "raw": bytes([i]) * 300} for i in range(100)]
-    report = {"glibc": os.confstr("CS_GNU_LIBC_VERSION"), "upcall": upcall.__file__}
+    # Compressible values over the threshold, so that the codec is used.
+    msgs += [{"i": i, "text": b"the quick brown fox " * 2000} for i in range(100, 110)]
+    report = {"glibc": os.confstr("CS_GNU_LIBC_VERSION"), "upcall": upcall.__file__,
+              "compression": list(upcall.COMPRESSION)}
     public, secret = upcall.curve_keypair()
-    for case in ("plain", "curve+lz4"):
+    for case in ["plain"] + ["curve+" + c for c in upcall.COMPRESSION]:
         got = []
         with upcall.Bus() as bus:
             sub = bus.subscribe("tcp://127.0.0.1:*", got.append, kind="pull", bind=True,
                                 **({} if case == "plain" else {"curve_server": (public, secret)}))
-            pkw = {} if case == "plain" else {"curve_serverkey": public, "compression": "lz4"}
+            pkw = ({} if case == "plain" else
+                   {"curve_serverkey": public, "compression": case.split("+")[1]})
             pub = bus.publisher(sub.last_endpoint, kind="push", bind=False, **pkw)
             for m in msgs:
                 pub.send(b"t", m)
@@ -161,6 +172,9 @@ def test_round_trip_in_an_older_distribution_root(wheels, tmp_path):
     p = run(["unshare", "--mount", "--fork", "sh", "-ec", inner, "sh", rootfs], cwd=str(tmp_path), timeout=300)
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["glibc"] == "glibc 2.31", got
-    assert got["plain"] == got["curve+lz4"] == 100
+    # Every codec of the source build, in the wheel too.
+    assert got["compression"] == list(upcall.COMPRESSION), got
+    assert [got[k] for k in ["plain"] + ["curve+" + c for c in upcall.COMPRESSION]] == \
+        [110] * (1 + len(upcall.COMPRESSION)), got
     assert got["upcall"].startswith("/opt/upcall-site/upcall/")
     assert len(got["libzmq"]) == 1 and got["libzmq"][0].startswith("/opt/upcall-site/upcall.libs/libzmq-"), got

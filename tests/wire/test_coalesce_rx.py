@@ -21,7 +21,7 @@ import upcall
 from upcall.handler import Handler
 from upcall.native import Count, FieldFilter, NativeHandler
 from helpers import (DEADLINE, MODES, PROBE, STATS_KEYS, Collector, make_pump, mode_kwargs,
-                     wait_for)
+                     pyzmq_push, wait_for)
 
 ALL_MODES = MODES + ["executor"]
 
@@ -35,13 +35,6 @@ def coalesced(msgs=(), *, version=1, body=None):
     return b"\xc9" + struct.pack(">I", len(data)) + b"\x7f" + data
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 class Peer:
     """Sends [topic, payload] into a bound PULL subscription: pyzmq over ipc
     and tcp, upcall's own PUSH on inproc (pyzmq's context cannot reach it)."""
@@ -51,9 +44,7 @@ class Peer:
             pub = bus.publisher(sub.last_endpoint, kind="push", bind=False)
             self.send = lambda topic, payload: _send_marked(pub, topic, payload)
         else:
-            push = zctx.socket(zmq.PUSH)
-            push.linger = 0
-            push.connect(sub.last_endpoint)
+            push = pyzmq_push(zctx, sub.last_endpoint)
             # upcall's marker frame: the payloads here are upcall's own
             # coalesced batches (docs/wire.md, "The marker frame").
             self.send = lambda topic, payload: push.send_multipart(
@@ -257,9 +248,7 @@ def test_frames_after_a_coalesced_payload_are_refused(zctx, endpoints):
     with upcall.Bus() as bus:
         sub, peer, _ = open_pair(bus, zctx, endpoints, "ipc", col, "native",
                                  on_error=lambda exc, raw: errors.append(exc))
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         ref = msgpack.ExtType(126, struct.pack(">BBHIQ", 1, 0, 0, 2, 4))
         push.send_multipart([b"t", coalesced([{"v": ref}, 2]), b"abcd", upcall.WIRE_MARKER])
         push.send_multipart([b"t", msgpack.packb("ok")])
@@ -401,9 +390,7 @@ def test_uncoalesced_interop_both_directions(zctx, endpoints, transport):
     col = Collector()
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints(transport), col, kind="pull", bind=True, with_topic=True)
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         for i in range(5):
             push.send_multipart([b"t", msgpack.packb({"i": i})])
         col.wait(5)
@@ -452,9 +439,7 @@ def test_asyncio_iteration_sees_each_message(zctx, endpoints):
     async def main():
         with upcall.Bus() as bus:
             sub = bus.subscribe_async(endpoints("ipc"), kind="pull", bind=True, batch=3)
-            push = zctx.socket(zmq.PUSH)
-            push.linger = 0
-            push.connect(sub.last_endpoint)
+            push = pyzmq_push(zctx, sub.last_endpoint)
             push.send_multipart([b"t", coalesced(range(10)), upcall.WIRE_MARKER])
             push.send_multipart([b"t", msgpack.packb(10)])
             got = []
@@ -523,9 +508,7 @@ def test_split_messages_share_one_topic_object_asyncio(zctx, endpoints):
         with upcall.Bus() as bus:
             sub = bus.subscribe_async(endpoints("ipc"), kind="pull", bind=True, batch=7,
                                       with_topic=True)
-            push = zctx.socket(zmq.PUSH)
-            push.linger = 0
-            push.connect(sub.last_endpoint)
+            push = pyzmq_push(zctx, sub.last_endpoint)
             push.send_multipart([BIG_TOPIC, coalesced(range(n)), upcall.WIRE_MARKER])
             push.send_multipart([OTHER_TOPIC, coalesced(range(n)), upcall.WIRE_MARKER])
             push.send_multipart([BIG_TOPIC, msgpack.packb("plain")])

@@ -30,13 +30,6 @@ OBJECTS = [
 OBJECTS_IN = OBJECTS + [{1: "one", -2: "minus two", b"k": "bytes key", 2.5: "float key"}]
 
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def _recv_probe_until_ready(zpub_send, col, pump=None):
     deadline = time.monotonic() + DEADLINE
     while col.probes == 0:

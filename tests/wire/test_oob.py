@@ -21,8 +21,8 @@ needs_numpy = pytest.mark.skipif(np is None, reason="numpy is not installed")
 
 import upcall
 from upcall import _bus
-from helpers import (DEADLINE, Collector, decode_error_then_good, make_pump, mode_kwargs,
-                     wait_for)
+from helpers import (DEADLINE, Collector, batch_handler, decode_error_then_good, make_pump,
+                     mode_kwargs, pyzmq_push, wait_for)
 
 pytestmark = pytest.mark.threads
 
@@ -131,22 +131,13 @@ class Last(upcall.Handler):
         self.got.append(msg)
 
 
-class Batches(upcall.Handler):
-    def __init__(self):
-        self.batches = True
-        self.got = []
-
-    def on_batch(self, msgs):
-        self.got.extend(msgs)
-
-
 @pytest.mark.parametrize("kind", ["handler", "batch_handler", "native_filter", "per_upcall"])
 def test_handlers_get_views(endpoints, kind):
     with upcall.Bus() as bus:
         if kind == "handler":
             target = Last()
         elif kind == "batch_handler":
-            target = Batches()
+            target = batch_handler()
         elif kind == "native_filter":
             inner = Last()
             target = upcall.native.FieldFilter("n", gt=0, target=inner)
@@ -320,13 +311,6 @@ def test_publisher_refuses_wire_ext_codes_and_strided_buffers(endpoints):
 
 # ---- interop with pyzmq + msgpack -----------------------------------------
 
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def _ref(index, size, version=1, flags=0):
     return msgpack.ExtType(126, struct.pack(">BBHIQ", version, flags, 0, index, size))
 
@@ -361,9 +345,7 @@ def test_upcall_receives_pyzmq_oob_message(zctx, endpoints, transport):
     col = Collector()
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints(transport), col, kind="pull", bind=True)
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         a, b = b"A" * 50_000, b"B" * 10
         # references out of frame order, one nested, a tiny frame too
         push.send_multipart([b"t", msgpack.packb({"b": _ref(3, len(b)), "x": [_ref(2, len(a))]}), a, b,

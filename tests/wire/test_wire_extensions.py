@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 import upcall
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs
+from helpers import DEADLINE, Collector, make_pump, mode_kwargs, pyzmq_push
 
 END = "end"
 # A foreign ext 127 (fixext 1 would not do: the data is 2 bytes, fixext 2):
@@ -27,13 +27,6 @@ FOREIGN_126 = b"\xd4\x7e\x07"
 # A foreign ext 126 of 16 bytes shaped like a reference to frame 2, in a
 # message that has no frame 2 (oob_index).
 FOREIGN_126_REF = b"\xd8\x7e" + bytes([1, 0, 0, 0, 0, 0, 0, 2]) + (4).to_bytes(8, "big")
-
-
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
 
 
 def _exchange(zctx, endpoint, mode, messages, **subscribe_kw):
@@ -47,9 +40,7 @@ def _exchange(zctx, endpoint, mode, messages, **subscribe_kw):
                             on_error=lambda exc, raw: errors.append(exc),
                             **subscribe_kw, **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
-        push = zctx.socket(zmq.PUSH)
-        push.linger = 0
-        push.connect(sub.last_endpoint)
+        push = pyzmq_push(zctx, sub.last_endpoint)
         for frames in messages:
             push.send_multipart(frames)
         push.send_multipart([b"t", msgpack.packb(END)])
@@ -190,9 +181,7 @@ def test_subscribe_async_plain(zctx, endpoints):
         with upcall.Bus() as bus:
             async with bus.subscribe_async(ep, kind="pull", bind=True,
                                            extensions=False) as asub:
-                push = zctx.socket(zmq.PUSH)
-                push.linger = 0
-                push.connect(asub.last_endpoint)
+                push = pyzmq_push(zctx, asub.last_endpoint)
                 push.send_multipart([b"t", FOREIGN_127])
                 push.send_multipart([b"t", FOREIGN_126])
                 async for msg in asub:
