@@ -486,12 +486,22 @@ typedef struct uc_pub_opts {
      * number; at most stamp_max_topics topics (0: the default) are held. */
     int stamp;
     size_t stamp_max_topics;
-    /* UC_PUB at a full subscriber pipe (ZMQ_XPUB_NODROP, so that libzmq
-     * says so): drop_at_mark != 0 drops the message and counts it (the
-     * send succeeds); 0 makes the send wait as a PUSH does (timeout_ms,
-     * then UC_ERR_AGAIN).  UC_PUSH always waits. */
-    int drop_at_mark;
+    /* What a UC_PUB does at a subscriber's full pipe (uc_full_policy).
+     * UC_PUSH always waits. */
+    int on_full;
 } uc_pub_opts;
+
+/* A UC_PUB at a subscriber's full pipe (docs/wire.md, "What a publisher
+ * counts").  DROP and BLOCK set ZMQ_XPUB_NODROP so that libzmq says so; it
+ * then refuses the message for every matching subscriber, not only the
+ * full one. */
+typedef enum {
+    UC_FULL_DROP = 0,   /* refused: dropped and counted; the send succeeds */
+    UC_FULL_BLOCK = 1,  /* refused: the send waits as a PUSH does (timeout_ms,
+                         * then UC_ERR_AGAIN) */
+    UC_FULL_SKIP = 2    /* libzmq's own PUB: the full subscriber misses it, the
+                         * others get it; the publisher cannot count it */
+} uc_full_policy;
 
 typedef struct uc_pub uc_pub;
 
@@ -569,7 +579,7 @@ int uc_pub_send_batch(uc_pub *pub, const void *topic, size_t topic_len,
 /* What a publisher sent and dropped, messages (each message of a coalesced
  * batch counted) and payload bytes (a batch's whole payload; out-of-band
  * frames included).  dropped: refused at a full subscriber pipe with
- * drop_at_mark (a UC_PUB).  Any thread (relaxed atomics). */
+ * UC_FULL_DROP (a UC_PUB).  Any thread (relaxed atomics). */
 typedef struct uc_pub_counts {
     uint64_t sent, sent_bytes, dropped, dropped_bytes;
 } uc_pub_counts;

@@ -105,7 +105,7 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
         return uc_open_failed(err, UC_ERR_SYS, e);
     }
     p->stamp = o->stamp;
-    p->drop_at_mark = o->kind == UC_PUB && o->drop_at_mark;
+    p->drop_at_mark = o->kind == UC_PUB && o->on_full == UC_FULL_DROP;
     int code = o->stamp ? uc_stamps_init(&p->stamps, o->stamp_max_topics) : UC_OK;
     if (code == UC_OK && o->coalesce)
         code = uc_pub_coalesce_open(p, o);
@@ -125,7 +125,8 @@ uc_pub *uc_pub_open(uc_bus *bus, const uc_pub_opts *o, int *err)
             && (o->kind != UC_PUB || !uc_sock_set_int(p->sock, ZMQ_XPUB_VERBOSER, 1))
             /* A full subscriber pipe refuses the message instead of
              * dropping it unseen: counted (drop_at_mark) or waited for. */
-            && (o->kind != UC_PUB || !uc_sock_set_int(p->sock, ZMQ_XPUB_NODROP, 1))
+            && (o->kind != UC_PUB || o->on_full == UC_FULL_SKIP
+                || !uc_sock_set_int(p->sock, ZMQ_XPUB_NODROP, 1))
             && !uc_sock_set_int(p->sock, ZMQ_LINGER, o->linger_ms)
             && !(o->sndhwm >= 0 && uc_sock_set_int(p->sock, ZMQ_SNDHWM, o->sndhwm))
             && !uc_sock_set_curve(p->sock, &o->curve)

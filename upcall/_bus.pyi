@@ -285,7 +285,7 @@ class PublisherKwargs(TypedDict, total=False):
     authenticate: bool
     on_event: Callable[[ConnectionEvent], Any] | None
     stamp: bool
-    on_full: Literal["drop", "block"]
+    on_full: Literal["drop", "block", "skip"]
 
 class _Option:
     """One keyword argument: name, default, check (value -> value kept), help."""

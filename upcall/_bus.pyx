@@ -944,7 +944,7 @@ A zmq context and every subscription and publisher opened on it.
         o.max_bytes = opts.max_bytes
         o.max_topics = _MAX_TOPICS
         o.stamp = 1 if opts.stamp else 0
-        o.drop_at_mark = 1 if opts.on_full == "drop" else 0
+        o.on_full = _FULL_POLICIES[opts.on_full]
         pub._coalesce = UC_SEND_COALESCE if opts.coalesce else 0
         pub._max_batch, pub._max_bytes = o.max_batch, o.max_bytes
         o.sockopts = _sockopt_array(sockopts)

@@ -189,6 +189,9 @@ _SUBSCRIBE_OPTIONS = (
             "endpoint (False: a socket of its own)"),
 )
 
+# publisher(on_full=...): the policy's name -> the core's (csrc/bus.h, uc_full_policy).
+_FULL_POLICIES = {"drop": UC_FULL_DROP, "block": UC_FULL_BLOCK, "skip": UC_FULL_SKIP}
+
 _PUBLISHER_OPTIONS = (
     _Option("kind", "pub", _one_of("kind", ("pub", "push")), 0, "socket kind: pub or push"),
     _Option("bind", False, _truth, 0,
@@ -222,8 +225,9 @@ _PUBLISHER_OPTIONS = (
             "on_event(upcall.ConnectionEvent) for each connection event"),
     _Option("stamp", False, _strict_bool("stamp"), 0,
             "stamp every message with its stream and sequence number (loss you can see)"),
-    _Option("on_full", "drop", _one_of("on_full", ("drop", "block")), 0,
-            "pub at a full subscriber pipe: drop and count, or block (wait, then raise)"),
+    _Option("on_full", "drop", _one_of("on_full", tuple(_FULL_POLICIES)), 0,
+            "pub at a full subscriber pipe: drop (for every subscriber) and count, block "
+            "(wait, then raise), or skip (only the full one misses it, uncounted)"),
 )
 
 

@@ -1,6 +1,6 @@
 """What a publisher counts (pub.stats: sent, sent_bytes, dropped,
 dropped_bytes) and its policy at a full subscriber pipe (on_full="drop",
-the default, or "block").  Before these, an XPUB dropped at its high-water
+the default, "block", or "skip").  Before these, an XPUB dropped at its high-water
 mark silently and no counter on either side moved."""
 import threading
 
@@ -73,7 +73,43 @@ def test_on_full_block_waits_then_raises(endpoints):
 
 def test_on_full_is_checked():
     with upcall.Bus() as bus:
-        with pytest.raises(ValueError, match="on_full must be 'drop' or 'block'"):
+        with pytest.raises(ValueError, match="on_full must be 'drop' or 'block' or 'skip'"):
             bus.publisher("inproc://x", on_full="wait")
         with pytest.raises(TypeError, match="stamp must be True or False"):
             bus.publisher("inproc://x", stamp=1)
+
+
+
+def test_on_full_skip_costs_only_the_full_subscriber(endpoints):
+    # Fan-out to a stalled and a live subscriber: with "skip" (libzmq's own
+    # PUB) the live one gets every message while the stalled one misses
+    # some; "drop" (NODROP) refuses a message for both once one pipe is full.
+    release = threading.Event()
+    stalled_got, live = Collector(), Collector()
+
+    def stalled_target(msg):
+        if msg == "stall":
+            release.wait(DEADLINE)
+        stalled_got(msg)
+    big = b"x" * 10_000           # the kernel's socket buffers fill too
+    n = 3000
+    with upcall.Bus() as bus:
+        pub = bus.publisher(endpoints("tcp"), bind=True, sndhwm=10, on_full="skip")
+        stalled = bus.subscribe(pub.last_endpoint, stalled_target, rcvhwm=10, batch=1)
+        fast = bus.subscribe(pub.last_endpoint, live)
+        wait_for(lambda: pub.send(b"t", "probe") or (stalled_got.items and live.items))
+        pub.send(b"t", "stall")
+        wait_for(lambda: "stall" in live.items)
+        base = fast.stats["received"]
+        for i in range(n):
+            pub.send(b"t", [i, big])
+            # The live subscriber keeps up: its own pipe is never full.
+            wait_for(lambda: fast.stats["received"] > base + i, what=lambda: f"message {i}")
+        numbered = [m[0] for m in live.items if isinstance(m, list)]
+        assert numbered == list(range(n))
+        assert pub.stats["dropped"] == 0
+        release.set()
+        wait_for(lambda: pub.send(b"t", "end") or "end" in stalled_got.items)
+        missed = n - len([m for m in stalled_got.items if isinstance(m, list)])
+        # What the stalled pipe could hold is far less than n messages of 10 kB.
+        assert missed > 0

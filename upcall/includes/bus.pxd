@@ -200,7 +200,12 @@ cdef extern from "bus.h" nogil:
         void *event_ctx
         int stamp
         size_t stamp_max_topics
-        int drop_at_mark
+        int on_full
+
+    ctypedef enum uc_full_policy:
+        UC_FULL_DROP
+        UC_FULL_BLOCK
+        UC_FULL_SKIP
 
     enum:
         UC_SEND_TRY
