@@ -20,8 +20,8 @@ import zmq
 import upcall
 from upcall import _bus
 from codecs_reference import REFERENCE, UNKNOWN_CODEC
-from helpers import (DEADLINE, Collector, batch_handler, decode_error_then_good, make_pump,
-                     mode_kwargs, pyzmq_push, wait_for)
+from helpers import (DEADLINE, Collector, batch_handler, make_pump, marked,
+                     marked_error_then_good, mode_kwargs, pyzmq_push, wait_for)
 
 MODES = ["native", "python", "caller", "executor"]
 THRESHOLD = 4096
@@ -272,10 +272,11 @@ def test_compression_turns_out_of_band_frames_on(codec, zctx, endpoints, oob_thr
     pull.close()
     refs = _refs(frames)
     if oob_threshold is None:
-        assert len(frames) == 3 and set(refs) == {"z"}
+        # [topic, payload, frame, marker]
+        assert len(frames) == 4 and set(refs) == {"z"}
         assert msgpack.unpackb(frames[1])["u"] == under
     else:
-        assert len(frames) == 4 and set(refs) == {"z", "u"}
+        assert len(frames) == 5 and set(refs) == {"z", "u"}
     assert refs["z"][0] == codec.wire_id and codec.decompress(frames[2], len(ZEROS)) == ZEROS
 
 
@@ -356,9 +357,10 @@ def test_upcall_reads_a_foreign_frame(codec, zctx, endpoints, transport, sized, 
     with upcall.Bus() as bus:
         sub = bus.subscribe(endpoints(transport), col, kind="pull", bind=True, copy=copy)
         push = pyzmq_push(zctx, sub.last_endpoint)
-        push.send_multipart([b"t", msgpack.packb({"blob": _ref(2, len(TEXT), flags=codec.wire_id),
-                                                   "raw": _ref(3, 5)}),
-                             codec.compress(TEXT, sized), b"hello"])
+        push.send_multipart(marked([b"t", msgpack.packb({"blob": _ref(2, len(TEXT),
+                                                                      flags=codec.wire_id),
+                                                          "raw": _ref(3, 5)}),
+                                    codec.compress(TEXT, sized), b"hello"]))
         col.wait(1)
         got = col.items[0]
         assert got["blob"] == TEXT and got["raw"] == b"hello"
@@ -432,7 +434,7 @@ MALFORMED = {
 @pytest.mark.parametrize("name", list(MALFORMED))
 def test_malformed_compressed_references_are_decode_errors(codec, zctx, endpoints, mode, copy,
                                                           name):
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode,
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode,
                                                   _malformed(codec, name), [b"t", GOOD],
                                                   copy=copy)
     assert items == ["ok"]
@@ -457,10 +459,12 @@ def test_max_message_size_bounds_the_decompressed_size(codec, zctx, endpoints):
                             on_error=lambda exc, raw: errors.append(exc))
         push = pyzmq_push(zctx, sub.last_endpoint)
         small = TEXT[:50_000]
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(TEXT), flags=codec.wire_id)]),
-                             codec.compress(TEXT)])
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(small), flags=codec.wire_id)]),
-                             codec.compress(small)])
+        push.send_multipart(marked([b"t",
+                                    msgpack.packb([_ref(2, len(TEXT), flags=codec.wire_id)]),
+                                    codec.compress(TEXT)]))
+        push.send_multipart(marked([b"t",
+                                    msgpack.packb([_ref(2, len(small), flags=codec.wire_id)]),
+                                    codec.compress(small)]))
         col.wait(1)
         assert [bytes(v) for v in col.items[0]] == [small]
         assert [e.reason for e in errors] == ["message_size"]
@@ -485,7 +489,7 @@ def test_default_settings_refuse_a_frame_that_expands_past_the_bound(codec, zctx
     frame = codec.compress(bytes(OVER_DEFAULT))
     assert len(frame) < OVER_DEFAULT // 200
     bad = [b"t", msgpack.packb([_ref(2, OVER_DEFAULT, flags=codec.wire_id)]), frame]
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode, bad,
                                                   [b"t", GOOD], copy=copy)
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
@@ -500,20 +504,21 @@ def test_default_settings_refuse_a_frame_that_expands_past_the_bound(codec, zctx
 
 @pytest.mark.parametrize("mode", MODES)
 def test_default_bound_is_for_the_sum_of_the_frames(codec, zctx, endpoints, mode):
-    # 14 frames (as many as a message carries), each well under the bound,
+    # 13 frames (as many as a message carries), each well under the bound,
     # together over it: refused, whatever each frame is.
-    part = DEFAULT_BOUND // 13
+    n = upcall.MAX_OOB_FRAMES
+    part = DEFAULT_BOUND // (n - 1)
     frame = codec.compress(bytes(part))
-    refs = [_ref(2 + i, part, flags=codec.wire_id) for i in range(upcall.MAX_OOB_FRAMES)]
-    bad = [b"t", msgpack.packb(refs)] + [frame] * upcall.MAX_OOB_FRAMES
-    assert part * 13 <= DEFAULT_BOUND < part * 14
-    items, errors, stats = decode_error_then_good(zctx, endpoints("ipc"), mode, bad,
+    refs = [_ref(2 + i, part, flags=codec.wire_id) for i in range(n)]
+    bad = [b"t", msgpack.packb(refs)] + [frame] * n
+    assert part * (n - 1) <= DEFAULT_BOUND < part * n
+    items, errors, stats = marked_error_then_good(zctx, endpoints("ipc"), mode, bad,
                                                   [b"t", GOOD])
     assert items == ["ok"]
     assert [e.reason for e in errors] == ["message_size"], errors
-    # The 14th reference (each 18 bytes, after the array's 1-byte header).
-    assert errors[0].offset == 1 + 13 * 18
-    assert f"at least {part * 14} bytes" in str(errors[0])
+    # The last reference (each 18 bytes, after the array's 1-byte header).
+    assert errors[0].offset == 1 + (n - 1) * 18
+    assert f"at least {part * n} bytes" in str(errors[0])
     assert stats["decode_errors"] == 1
     _wait_released()
 
@@ -521,7 +526,7 @@ def test_default_bound_is_for_the_sum_of_the_frames(codec, zctx, endpoints, mode
 @pytest.mark.parametrize("copy", [False, True])
 def test_max_message_size_bounds_the_sum_of_the_frames(codec, zctx, endpoints, copy):
     # max_message_size=1 MB: each frame passes libzmq's per-frame check and
-    # decompresses to 100 kB; 14 of them are 1.4 MB once decompressed, 9 are
+    # decompresses to 100 kB; 13 of them are 1.3 MB once decompressed, 9 are
     # within.
     limit = 1_000_000
     part = TEXT[:100_000]
@@ -532,9 +537,9 @@ def test_max_message_size_bounds_the_sum_of_the_frames(codec, zctx, endpoints, c
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
                             max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
         push = pyzmq_push(zctx, sub.last_endpoint)
-        for n in (14, 9):
+        for n in (13, 9):
             refs = [_ref(2 + i, len(part), flags=codec.wire_id) for i in range(n)]
-            push.send_multipart([b"t", msgpack.packb(refs)] + [frame] * n)
+            push.send_multipart(marked([b"t", msgpack.packb(refs)] + [frame] * n))
         col.wait(1)
         assert len(col.items[0]) == 9 and all(bytes(v) == part for v in col.items[0])
         assert [e.reason for e in errors] == ["message_size"]
@@ -559,14 +564,16 @@ def test_max_message_size_counts_raw_frames_and_the_payload_too(codec, zctx, end
                             max_message_size=limit, on_error=lambda exc, raw: errors.append(exc))
         push = pyzmq_push(zctx, sub.last_endpoint)
         # 150 kB raw + 100 kB decompressed + a 60 kB payload: over.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=c),
-                                                  "p" * 60_000]), raw, frame])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)),
+                                                         _ref(3, 100_000, flags=c),
+                                                         "p" * 60_000]), raw, frame]))
         # Two raw frames of 150 kB: over, no decompression involved.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, len(raw))]),
-                             raw, raw])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, len(raw))]),
+                                    raw, raw]))
         # 150 kB raw + 100 kB decompressed + a small payload: within.
-        push.send_multipart([b"t", msgpack.packb([_ref(2, len(raw)), _ref(3, 100_000, flags=c)]),
-                             raw, frame])
+        push.send_multipart(marked([b"t", msgpack.packb([_ref(2, len(raw)),
+                                                         _ref(3, 100_000, flags=c)]),
+                                    raw, frame]))
         col.wait(1)
         assert [bytes(v) for v in col.items[0]] == [raw, TEXT[:100_000]]
         assert [e.reason for e in errors] == ["message_size", "message_size"]
@@ -596,8 +603,9 @@ def test_a_claim_the_frame_cannot_reach_allocates_nothing(codec, zctx, endpoints
                                 on_error=lambda exc, raw: errors.append(exc))
             push = pyzmq_push(zctx, sub.last_endpoint)
             tracemalloc.reset_peak()
-            push.send_multipart([b"t", msgpack.packb([_ref(2, CLAIM, flags=codec.wire_id)]),
-                                 frame])
+            push.send_multipart(marked([b"t",
+                                        msgpack.packb([_ref(2, CLAIM, flags=codec.wire_id)]),
+                                        frame]))
             push.send_multipart([b"t", GOOD])
             col.wait(1)
             _, peak = tracemalloc.get_traced_memory()
@@ -614,7 +622,7 @@ def test_decoder_max_len_applies_to_decompressed_values(codec, zctx, endpoints, 
     # Decoder(max_len=...) bounds a value out of band as one inline: by its
     # size as delivered, refused before decompressing.
     bad = [b"t", msgpack.packb([_ref(2, len(TEXT), flags=codec.wire_id)]), codec.compress(TEXT)]
-    items, errors, stats = decode_error_then_good(
+    items, errors, stats = marked_error_then_good(
         zctx, endpoints("ipc"), "python", bad, [b"t", GOOD], copy=copy,
         decoder=upcall.Decoder(max_len=1000))
     assert items == ["ok"]
@@ -628,7 +636,7 @@ def test_decoder_max_len_applies_to_decompressed_values(codec, zctx, endpoints, 
         sub = bus.subscribe(endpoints("ipc"), col, kind="pull", bind=True, copy=copy,
                             decoder=upcall.Decoder(max_len=len(TEXT)))
         push = pyzmq_push(zctx, sub.last_endpoint)
-        push.send_multipart(bad)
+        push.send_multipart(marked(bad))
         col.wait(1)
         assert bytes(col.items[0][0]) == TEXT
         del col.items[:]
@@ -702,7 +710,7 @@ def test_decoding_leaves_the_collector_to_the_application(codec, zctx, endpoints
             watcher.start()
             for phase in (1, 2):
                 for _ in range(count):
-                    push.send_multipart([b"t", payload, frame])
+                    push.send_multipart(marked([b"t", payload, frame]))
                 wait_for(lambda: (pump() if pump else None) or len(got) == phase * count
                          or changed, what=f"phase {phase}'s messages")
                 assert not changed, changed
@@ -746,12 +754,12 @@ def test_upcall_listen_bounds_what_a_message_decompresses_to(codec, zctx, endpoi
             # Each frame is small on the wire and within the limit once
             # decompressed; the two together are not.
             frame = codec.compress(TEXT[:150_000])
-            push.send_multipart([b"big", msgpack.packb([_ref(2, 150_000, flags=c),
-                                                        _ref(3, 150_000, flags=c)]),
-                                 frame, frame])
+            push.send_multipart(marked([b"big", msgpack.packb([_ref(2, 150_000, flags=c),
+                                                               _ref(3, 150_000, flags=c)]),
+                                        frame, frame]))
         else:
-            push.send_multipart([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=c)]),
-                                 codec.compress(bytes(OVER_DEFAULT))])
+            push.send_multipart(marked([b"big", msgpack.packb([_ref(2, OVER_DEFAULT, flags=c)]),
+                                        codec.compress(bytes(OVER_DEFAULT))]))
         push.send_multipart([b"next", msgpack.packb(1)])
         out, err = proc.communicate(timeout=60)
     finally:
