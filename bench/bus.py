@@ -500,12 +500,16 @@ class FloodRun:
         self.endpoint = ""
         # What the flood carries: n messages as n_zmq zmq messages of payload.
         self.n, self.n_zmq, self.payload = bench.n, bench.n, bench.payload
+        # Coalesced rows: (one message, k), so that the flood marks its
+        # payloads as upcall's own (docs/wire.md, "The marker frame").
+        self.coalesced: tuple[bytes, int] | None = None
         if mode in COALESCED_MODES or mode == ASYNC_COALESCED:
             k = bench.coalesce_k
             self.n_zmq = -(-bench.n // k)
             self.n = self.n_zmq * k
             one = NIL if mode == COALESCED_NIL else bench.payload
             self.payload = coalesced_payload(one, k)
+            self.coalesced = (one, k)
 
     def _new_ctx(self):
         if self.mode in (FLOOR, PINGPONG):
@@ -544,7 +548,8 @@ class FloodRun:
 
             def flood():
                 try:
-                    box.append(fn(self.ctx, self.endpoint, self.n_zmq, self.payload))
+                    box.append(fn(self.ctx, self.endpoint, self.n_zmq, self.payload,
+                                  coalesced=self.coalesced))
                 except Exception as exc:
                     box.append(exc)
             t = threading.Thread(target=flood, name="bench-flood")
@@ -559,6 +564,8 @@ class FloodRun:
             extra = {} if self.payload == self.b.payload else {"payload_hex": self.payload.hex()}
             if self.mode in CURVE_MODES:
                 extra["curve_serverkey"] = _curve_pair()[0]
+            if self.coalesced is not None:
+                extra["coalesced"] = [self.coalesced[0].hex(), self.coalesced[1]]
             self.b.peer.request(cmd="flood", endpoint=self.endpoint, n=self.n_zmq, **extra)
             self.b.peer_flooding = True
         gc.collect()

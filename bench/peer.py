@@ -4,7 +4,7 @@
 and drives it with one JSON command per line on its stdin, each answered by
 one JSON line on its stdout (``"ok"``, and ``"error"`` when it failed):
 
-``{"cmd": "flood", "endpoint": E, "n": N[, "payload_hex": P][, "curve_serverkey": K]}``
+``{"cmd": "flood", "endpoint": E, "n": N[, "payload_hex": P][, "curve_serverkey": K][, "coalesced": [ONE_HEX, K]]}``
     Open a PUSH socket (a CURVE client of the server key K, with a fresh
     key pair, when given) that *connects* to E with SNDHWM 0 (no limit) and
     send N messages ``[TOPIC, small payload]`` (or ``[TOPIC, P]``: the
@@ -65,8 +65,11 @@ def have_pyzmq() -> bool:
 
 # ---- flood -----------------------------------------------------------------
 
-def flood_zmq(ctx, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None):
-    """Queue n messages on a new PUSH that connects to endpoint; return the socket."""
+def flood_zmq(ctx, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None,
+              coalesced: tuple[bytes, int] | None = None):
+    """Queue n messages on a new PUSH that connects to endpoint; return the
+    socket.  coalesced (payload is a coalesced one): each ends with
+    upcall's marker frame, as an upcall publisher's do."""
     import zmq
     sock = ctx.socket(zmq.PUSH)
     if curve_serverkey:
@@ -78,16 +81,32 @@ def flood_zmq(ctx, endpoint: str, n: int, payload: bytes, curve_serverkey: str |
     sock.connect(endpoint)
     send = sock.send
     more = zmq.SNDMORE
+    if coalesced is not None:
+        marker = upcall.WIRE_MARKER
+        for _ in range(n):
+            send(TOPIC, more)
+            send(payload, more)
+            send(marker)
+        return sock
     for _ in range(n):
         send(TOPIC, more)
         send(payload)
     return sock
 
 
-def flood_upcall(bus, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None):
-    """Same as :func:`flood_zmq` with an upcall Publisher; return the publisher."""
+def flood_upcall(bus, endpoint: str, n: int, payload: bytes, curve_serverkey: str | None = None,
+                 coalesced: tuple[bytes, int] | None = None):
+    """Same as :func:`flood_zmq` with an upcall Publisher; return the
+    publisher.  coalesced (one message, k): each payload is k of them sent
+    with send_many, coalesced and marked by the publisher."""
     curve = {"curve_serverkey": curve_serverkey} if curve_serverkey else {}
     pub = bus.publisher(endpoint, kind="push", bind=False, sndhwm=0, linger=0.0, **curve)
+    if coalesced is not None:
+        one, k = coalesced
+        objs = [upcall.unpackb(one)] * k
+        for _ in range(n):
+            pub.send_many(TOPIC, objs)
+        return pub
     send = pub.send_packed
     for _ in range(n):
         send(TOPIC, payload)
@@ -236,11 +255,12 @@ class Peer:
             self.ctx = upcall.Bus()
 
     def flood(self, endpoint: str, n: int, payload: bytes | None = None,
-              curve_serverkey: str | None = None) -> dict:
+              curve_serverkey: str | None = None,
+              coalesced: tuple[bytes, int] | None = None) -> dict:
         t0 = time.perf_counter()
         fn = flood_zmq if self.zmq else flood_upcall
         self.sockets.append(fn(self.ctx, endpoint, n, self.payload if payload is None else payload,
-                               curve_serverkey))
+                               curve_serverkey, coalesced))
         return {"queued": n, "seconds": time.perf_counter() - t0}
 
     def connect(self, endpoint: str) -> dict:
@@ -275,9 +295,11 @@ class Peer:
 def _execute(peer: Peer, cmd: str, req: dict) -> dict:
     if cmd == "flood":
         hexed = req.get("payload_hex")
+        co = req.get("coalesced")
         return peer.flood(req["endpoint"], int(req["n"]),
                           bytes.fromhex(hexed) if hexed is not None else None,
-                          req.get("curve_serverkey"))
+                          req.get("curve_serverkey"),
+                          (bytes.fromhex(co[0]), int(co[1])) if co is not None else None)
     if cmd == "connect":
         return peer.connect(req["endpoint"])
     if cmd == "pace":

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_package import bench_module  # noqa: E402
 from helpers import free_tcp_port  # noqa: E402
 
 try:
@@ -169,4 +168,7 @@ def zctx():
 def endpoints(ipc_dir):
     """Factory of fresh endpoints: endpoints("inproc" | "ipc" | "tcp"); tcp
     ports from free_tcp_port (never ephemeral, never handed out twice)."""
+    # Imported here, not at the top: tests/process/test_hang_watchdog.py runs
+    # a copy of this file where bench/ is not beside it.
+    from bench_package import bench_module
     return bench_module("endpoints").Endpoints(ipc_dir, tcp_port=free_tcp_port)

@@ -96,7 +96,7 @@ cdef int _fill_side(Bus bus, uc_proxy_side *c, _ProxySide s) except -1:
     allow, authenticate = s.zap
     s.zap = _auth_domain(bus, SimpleNamespace(allow=allow, authenticate=authenticate), s.curve)
     if s.zap is not None:
-        c.curve.zap_domain = <const char *>(<bytes>s.zap[2])
+        c.curve.zap_domain = <const char *>(<_ZapDomain>s.zap).name
     c.sockopts = _sockopt_array(s.sockopts)
     c.n_sockopts = len(s.sockopts)
     c.on_event = _on_conn_event
@@ -249,6 +249,7 @@ cdef class Proxy:
             raise TimeoutError(f"close(): the proxy's thread did not end within {timeout} s")
         _check_rc(rc, "close()")
         self._sinks = None           # no event callback runs now
+        self._zaps = None            # the sides' allow= keys leave with the proxy
         if self._bus is not None:
             self._bus._forget(self)
 

@@ -57,7 +57,7 @@ CHECK = textwrap.dedent("""
         push.connect(sub.last_endpoint)
         for _, _, codec, frame in codecs:
             ref = msgpack.ExtType(126, struct.pack(">BBHIQ", 1, codec, 0, 2, size))
-            push.send_multipart([b"t", msgpack.packb([ref]), frame])
+            push.send_multipart([b"t", msgpack.packb([ref]), frame, upcall.WIRE_MARKER])
         push.send_multipart([b"t", msgpack.packb("ok")])
         assert ev.wait(30)
         assert got == ["ok"], got

@@ -98,7 +98,7 @@ def test_a_send_timeout_is_told_in_seconds(endpoints, timeout, said):
     # The API takes seconds; the message says the timeout as it was given,
     # not in the core's milliseconds.
     with upcall.Bus() as bus:
-        pub = bus.publisher(endpoints("inproc"), kind="push")     # no peer, ever
+        pub = bus.publisher(endpoints("inproc"), kind="push", bind=True)   # no peer, ever
         with pytest.raises(TimeoutError) as info:
             pub.send(b"t", 1, timeout=timeout)
     text = str(info.value)
