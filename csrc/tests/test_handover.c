@@ -577,16 +577,18 @@ static int test_wake_ups(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(producer_and_consumer),
+    TEST(full_queue_drops_and_counts),
+    TEST(end_during_a_wait),
+    TEST(wait_for_room_checks),
+    TEST(plain_and_slow),
+    TEST(one_topic_per_zmq_message),
+    TEST(decompressed_bytes_bound),
+    TEST(wake_ups),
+};
+
 int main(void)
 {
-    run("producer_and_consumer", test_producer_and_consumer);
-    run("full_queue_drops_and_counts", test_full_queue_drops_and_counts);
-    run("end_during_a_wait", test_end_during_a_wait);
-    run("wait_for_room_checks", test_wait_for_room_checks);
-    run("plain_and_slow", test_plain_and_slow);
-    run("one_topic_per_zmq_message", test_one_topic_per_zmq_message);
-    run("decompressed_bytes_bound", test_decompressed_bytes_bound);
-    run("wake_ups", test_wake_ups);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return run_tests(tests, TEST_COUNT(tests));
 }

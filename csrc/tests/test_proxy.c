@@ -252,20 +252,18 @@ static int test_free_closes(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(subscriptions_go_upstream_tcp),
+    TEST(subscriptions_go_upstream_ipc),
+    TEST(subscriptions_go_upstream_inproc),
+    TEST(pause_resume),
+    TEST(frames_pass_unchanged),
+    TEST(events_of_each_side),
+    TEST(bad_arguments),
+    TEST(free_closes),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("subscriptions go upstream (tcp)", test_subscriptions_go_upstream_tcp);
-    run("subscriptions go upstream (ipc)", test_subscriptions_go_upstream_ipc);
-    run("subscriptions go upstream (inproc)", test_subscriptions_go_upstream_inproc);
-    run("pause and resume", test_pause_resume);
-    run("frames pass unchanged", test_frames_pass_unchanged);
-    run("events of each side", test_events_of_each_side);
-    run("bad arguments", test_bad_arguments);
-    run("free closes", test_free_closes);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -340,16 +340,14 @@ static int test_close_while_polled(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(overlap_once_and_ready),
+    TEST(prefixes_removed_in_any_order),
+    TEST(churn_racing_dispatch),
+    TEST(close_while_polled),
+};
+
 int main(void)
 {
-    if (fixtures_setup() != 0)
-        return 2;
-    run("overlap_once_and_ready", test_overlap_once_and_ready);
-    run("prefixes_removed_in_any_order", test_prefixes_removed_in_any_order);
-    run("churn_racing_dispatch", test_churn_racing_dispatch);
-    run("close_while_polled", test_close_while_polled);
-    if (fixtures_teardown() != 0)
-        g_failed++;
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return fixtures_main(tests, TEST_COUNT(tests));
 }

@@ -69,11 +69,13 @@ static int test_full_table_starts_afresh(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(one_stream_per_topic),
+    TEST(many_topics_found),
+    TEST(full_table_starts_afresh),
+};
+
 int main(void)
 {
-    run("one_stream_per_topic", test_one_stream_per_topic);
-    run("many_topics_found", test_many_topics_found);
-    run("full_table_starts_afresh", test_full_table_starts_afresh);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return run_tests(tests, TEST_COUNT(tests));
 }

@@ -171,14 +171,16 @@ static int test_reader_races_writer(void)
     return 0;
 }
 
+static const test_case tests[] = {
+    TEST(in_order_and_batches),
+    TEST(gap_late_duplicate),
+    TEST(bound_forgets_oldest),
+    TEST(many_ids_are_found),
+    TEST(pending_reports_are_bounded),
+    TEST(reader_races_writer),
+};
+
 int main(void)
 {
-    run("in_order_and_batches", test_in_order_and_batches);
-    run("gap_late_duplicate", test_gap_late_duplicate);
-    run("bound_forgets_oldest", test_bound_forgets_oldest);
-    run("many_ids_are_found", test_many_ids_are_found);
-    run("pending_reports_are_bounded", test_pending_reports_are_bounded);
-    run("reader_races_writer", test_reader_races_writer);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return run_tests(tests, TEST_COUNT(tests));
 }
