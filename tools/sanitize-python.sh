@@ -100,6 +100,7 @@ asan() {   # asan DETECT_LEAKS test files...
     (
         export ASAN_OPTIONS="detect_leaks=$leaks:abort_on_error=1:detect_stack_use_after_return=0:strict_init_order=1"
         export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$root/tools/ubsan.supp"
+        export LSAN_OPTIONS="suppressions=$root/tools/lsan.supp"
         export PYTHONMALLOC=malloc PYTHONPATH="$root/$asan_out" LD_PRELOAD="$libasan $libubsan"
         pytest_in "$asan_out" "" "$@"
     )
