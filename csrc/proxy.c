@@ -196,24 +196,25 @@ static int command(uc_proxy *p, const char *cmd)
     }
 }
 
-int uc_proxy_pause(uc_proxy *p)
+/* PAUSE or RESUME, and what paused() reports once libzmq took it. */
+static int steer(uc_proxy *p, const char *cmd, int paused)
 {
     pthread_mutex_lock(&p->mu);
-    int rc = command(p, "PAUSE");
+    int rc = command(p, cmd);
     if (rc == UC_OK)
-        p->paused = 1;
+        p->paused = paused;
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
 
+int uc_proxy_pause(uc_proxy *p)
+{
+    return steer(p, "PAUSE", 1);
+}
+
 int uc_proxy_resume(uc_proxy *p)
 {
-    pthread_mutex_lock(&p->mu);
-    int rc = command(p, "RESUME");
-    if (rc == UC_OK)
-        p->paused = 0;
-    pthread_mutex_unlock(&p->mu);
-    return rc;
+    return steer(p, "RESUME", 0);
 }
 
 int uc_proxy_paused(uc_proxy *p)
