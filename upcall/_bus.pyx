@@ -37,9 +37,13 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
+from upcall.includes.coalesce cimport *
 from upcall.includes.handover cimport *
 from upcall.includes.oob cimport *
+from upcall.includes.proxy cimport *
 from upcall.includes.python cimport *
+from upcall.includes.sub_shared cimport *
+from upcall.includes.zap cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free, mp_write_raw
 from upcall._codec cimport Encoder, Decoder

@@ -15,27 +15,6 @@
 # a thread of its own (thread_factory=, a bus factory), delivery="caller",
 # bind=True, kind="pull" or shared=False keeps a socket of its own.
 
-cdef extern from "sub_shared.h" nogil:
-    ctypedef struct uc_shared:
-        pass
-    uc_shared *uc_shared_new(int *err)
-    int uc_shared_open(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o)
-    int uc_shared_deliver(uc_shared *sh, const uc_msg *batch, size_t n, size_t *consumed)
-    size_t uc_shared_group(uc_shared *sh, const uc_msg *batch, size_t n)
-    int uc_shared_hand_out(uc_shared *sh)
-    void uc_shared_reader_ended(uc_shared *sh)
-    uc_sub *uc_shared_join(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
-                          int *err)
-    void uc_shared_sub_ready(uc_sub *s)
-    void uc_shared_sub_exit(uc_sub *s)
-    int uc_shared_sub_wait(uc_sub *s, int timeout_ms)
-    size_t uc_shared_subs(uc_shared *sh)
-    int uc_shared_closed(uc_shared *sh)
-    void uc_shared_close(uc_shared *sh)
-    uc_sub *uc_shared_reader(uc_shared *sh)
-    void uc_shared_release(uc_shared *sh)
-
-
 cdef struct reader_state:
     uc_shared *sh
     int adopted               # this thread holds a GILState registration for the loop

@@ -53,6 +53,34 @@ def test_no_python_free_c_in_cython_strings():
     assert offenders == []
 
 
+# `cdef extern from "name.h"`: the header a Cython declaration block names.
+EXTERN_FROM = re.compile(r'^\s*cdef extern from "([^"<>]+)"', re.M)
+
+
+def test_extern_blocks_are_found():
+    assert EXTERN_FROM.findall('cdef extern from "zap.h" nogil:\n    pass\n'
+                               'cdef extern from "<pthread.h>":\n') == ["zap.h"]
+
+
+def test_core_headers_are_declared_to_cython_in_includes_only():
+    # One rule for every C core header: its declarations live once, in
+    # upcall/includes/<name>.pxd, which the modules cimport; never inline in
+    # a .pyx/.pxi (where a second copy could drift from the header).
+    core_headers = {p.name for p in CSRC.glob("*.h")}
+    sources = sorted(p for p in (ROOT / "upcall").rglob("*.p[xy][xid]")
+                     if p.parent.name != "includes")
+    assert any(p.name == "_shared.pxi" for p in sources)
+    offenders = [f"{p.name}: {h}" for p in sources for h in EXTERN_FROM.findall(p.read_text())
+                 if h in core_headers]
+    assert offenders == []
+    # And each core header is declared by one includes/*.pxd only.
+    declared = {}
+    for pxd in sorted((ROOT / "upcall" / "includes").glob("*.pxd")):
+        for h in EXTERN_FROM.findall(pxd.read_text()):
+            declared.setdefault(h, []).append(pxd.name)
+    assert {h: names for h, names in declared.items() if len(names) > 1} == {}
+
+
 def test_the_synthetic_source_stays_in_its_own_files():
     for name in ("sub.c", "sub_zmq.c", "bus.h", "pub.c"):
         assert (CSRC / name).is_file(), name
