@@ -199,8 +199,8 @@ cdef int _deliver_async(loop_state *st, const uc_msg *batch, size_t n,
 cdef int _async_check_loop(loop_state *st) noexcept nogil:
     """A full queue, every 0.2 s: is the event loop still open?"""
     cdef bint open_
-    if st.gil_mode == GIL_ADOPT and not st.adopted:
-        _adopt(st)
+    if st.gil_mode == GIL_ADOPT and not st.thread.adopted:
+        _adopt(&st.thread)
     with gil:
         try:
             open_ = (<_AsyncTarget>(<Subscription>st.owner)._target)._loop_open()

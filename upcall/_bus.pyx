@@ -720,7 +720,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._shared = shared_src is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
-        sub._st.adopted = 0
+        sub._st.thread.adopted = 0
         _set_target(sub, target_kind, batch)
 
         memset(&o, 0, sizeof(o))
@@ -774,7 +774,7 @@ A zmq context and every subscription and publisher opened on it.
             o.on_exit = _shared_sub_exit
             if target_kind != TARGET_NATIVE:
                 o.deliver = <uc_deliver_fn><void *>_shared_sub_deliver   # the hand-out holds the GIL
-            sub._st.adopted = 1
+            sub._st.thread.adopted = 1
             sub._run_name = sub._thread_name = shared_src.sock.thread_name
             Py_INCREF(sub)             # the loop's reference, dropped by _shared_sub_exit
         elif not sub._caller:
@@ -783,7 +783,7 @@ A zmq context and every subscription and publisher opened on it.
             if factory is None or factory is native_threads:
                 sub._run_name_b = sub._run_name.encode() + b"\0"
                 sub._thread_name = sub._run_name
-                sub._st.native_name = <const char *>sub._run_name_b   # Python's name for it too
+                sub._st.thread.native_name = <const char *>sub._run_name_b   # Python's name for it too
                 o.start = _start_native
                 o.start_ctx = <void *><const char *>sub._run_name_b
             else:

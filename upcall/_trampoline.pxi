@@ -34,12 +34,18 @@ cdef enum:
 # uc_exiting(): set when the bus registry closes everything at exit (csrc/util.h).
 from upcall.includes.util cimport uc_exiting, uc_set_exiting
 
-cdef struct loop_state:
-    PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
-    int gil_mode
+# A loop's thread entering Python for good (adopt mode): one for a
+# subscription's own loop (loop_state), one for a shared socket's reader
+# (_shared.pxi), both through _adopt and _let_go below.
+cdef struct adopted_thread:
     int adopted              # this thread holds a GILState registration for the loop
     const char *native_name  # the core's own thread (default factory): its name, else NULL
     PyGILState_STATE gstate
+
+cdef struct loop_state:
+    PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
+    int gil_mode
+    adopted_thread thread
     # What the target is (subscribe() decides once): TARGET_CALLABLE,
     # TARGET_HANDLER (an upcall.Handler: on_message through the vtable) or
     # TARGET_NATIVE (an upcall.native.NativeHandler: select() without the GIL).
@@ -87,8 +93,8 @@ cdef int _deliver_native(loop_state *st, const uc_msg *batch, size_t n,
     cdef size_t c = 0, done = 0, took, j
     cdef int verdict = UC_DELIVER_MORE
     if st.c == NULL:
-        if st.gil_mode == GIL_ADOPT and not st.adopted:
-            _adopt(st)
+        if st.gil_mode == GIL_ADOPT and not st.thread.adopted:
+            _adopt(&st.thread)
         with gil:   # subscribe() has returned: its uc_sub is known
             st.c = (<Subscription>st.owner)._c
     if st.examined == 0:
@@ -147,21 +153,34 @@ cdef int _upcall(loop_state *st, const uc_msg *batch, size_t n, const size_t *id
             if _python_gone():
                 return UC_DELIVER_STOP
         return UC_DELIVER_MORE
-    if not st.adopted:
-        _adopt(st)
+    if not st.thread.adopted:
+        _adopt(&st.thread)
     with gil:
         return _deliver_each(<Subscription>st.owner, batch, n, idx, done)
 
 
-cdef inline void _adopt(loop_state *st) noexcept nogil:
+cdef inline void _adopt(adopted_thread *t) noexcept nogil:
     # First upcall on this thread: create (native thread) or find (Python
     # thread) its thread state and keep it registered until the loop ends,
     # so the `with gil` of later batches never builds one.
-    st.gstate = PyGILState_Ensure()
-    if st.native_name != NULL:
-        _name_python_thread(st.native_name)
+    t.gstate = PyGILState_Ensure()
+    if t.native_name != NULL:
+        _name_python_thread(t.native_name)
     PyEval_SaveThread()
-    st.adopted = 1
+    t.adopted = 1
+
+
+cdef void _let_go(adopted_thread t, PyObject *last_ref) noexcept nogil:
+    # The loop has ended on this thread: drop last_ref (if not NULL) while
+    # the thread state is still there, then the state (a native thread's
+    # goes now) and, on a thread of the core's, its dummy Thread.  `t` is a
+    # copy: what held it may be freed by that last reference.
+    PyEval_RestoreThread(PyGILState_GetThisThreadState())
+    if t.native_name != NULL:
+        _forget_python_thread()
+    if last_ref != NULL:
+        Py_DecRef(last_ref)
+    PyGILState_Release(t.gstate)
 
 
 cdef void _loop_exit(void *ctx) noexcept nogil:
@@ -169,20 +188,15 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
     # the loop's reference to its Subscription, then the adopted thread state.
     cdef loop_state *st = <loop_state *>ctx
     cdef PyObject *owner = st.owner
-    cdef int adopted = st.adopted
-    cdef PyGILState_STATE gstate = st.gstate
+    cdef adopted_thread thread = st.thread
     if _python_gone():
         return  # leave both behind: Python may not be entered any more
     with gil:   # adopted: finds the thread's own state, as _upcall does
         _loop_ended_with_gil(<Subscription>owner)
     # `st` lives inside the Subscription and may be freed by the decref below.
     st.owner = NULL
-    if adopted:
-        PyEval_RestoreThread(PyGILState_GetThisThreadState())
-        if st.native_name != NULL:
-            _forget_python_thread()
-        Py_DecRef(owner)
-        PyGILState_Release(gstate)   # native thread: its thread state goes now
+    if thread.adopted:
+        _let_go(thread, owner)
     else:
         with gil:
             Py_DecRef(owner)
