@@ -85,6 +85,28 @@ static void *read_exiting(void *p)
 
 /* The exit flag starts clear, is seen set by another thread once set, and
  * stays set. */
+/* A log window: the first record is logged, those within the window only
+ * counted, and the next one after it is logged with that count. */
+static int test_log_window(void)
+{
+    uc_log_window w = {0};
+    uint64_t unreported = 99;
+    CHECK(uc_log_window_admit(&w, 1000, 100, &unreported));
+    CHECK_EQ(unreported, 0);
+    CHECK(!uc_log_window_admit(&w, 1000, 100, &unreported));
+    CHECK(!uc_log_window_admit(&w, 1099, 100, &unreported));
+    CHECK(uc_log_window_admit(&w, 1100, 100, &unreported));
+    CHECK_EQ(unreported, 2);
+    CHECK(!uc_log_window_admit(&w, 1150, 100, &unreported));
+    CHECK(uc_log_window_admit(&w, 5000, 100, &unreported));
+    CHECK_EQ(unreported, 1);
+    /* A window of 0: every record logged. */
+    CHECK(uc_log_window_admit(&w, 5200, 0, &unreported));
+    CHECK(uc_log_window_admit(&w, 5200, 0, &unreported));
+    CHECK_EQ(unreported, 0);
+    return 0;
+}
+
 static int test_exiting_flag(void)
 {
     CHECK_EQ(uc_exiting(), 0);
@@ -102,6 +124,7 @@ static int test_exiting_flag(void)
 static const test_case tests[] = {
     TEST(thread_masks),
     TEST(exiting_flag),
+    TEST(log_window),
 };
 
 int main(void)
