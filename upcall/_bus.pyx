@@ -28,6 +28,7 @@ from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
+from posix.unistd cimport getpid
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport (PyErr_CheckSignals, PyErr_Restore, PyErr_SetInterrupt,
@@ -154,18 +155,32 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-cdef inline bint _inherited(int generation) noexcept:
-    """True for an object made in the fork generation ``generation`` when
-    this process is a forked child of the one that made it."""
-    return generation != _fork_generation
+# Where an object was made: every object holding C state keeps one (its
+# `_born`), set by _born_here() when it is made.
+cdef struct born_in:
+    int generation           # the fork generation
+    long pid
 
 
-cdef int _check_not_inherited(int generation, str what, long pid) except -1:
-    """The fork check of every entry point of Bus, Subscription and
-    Publisher: RuntimeError in a forked child for what the parent made."""
-    if _inherited(generation):
+cdef inline born_in _born_here() noexcept:
+    cdef born_in b
+    b.generation = _fork_generation
+    b.pid = getpid()
+    return b
+
+
+cdef inline bint _inherited(born_in born) noexcept:
+    """True for an object made where ``born`` says when this process is a
+    forked child of the one that made it."""
+    return born.generation != _fork_generation
+
+
+cdef int _check_not_inherited(born_in born, str what) except -1:
+    """The fork check of every entry point of Bus, Subscription, Publisher
+    and Proxy: RuntimeError in a forked child for what the parent made."""
+    if _inherited(born):
         raise RuntimeError(
-            f"this {what} was created in process {pid}, and this is its forked child "
+            f"this {what} was created in process {born.pid}, and this is its forked child "
             f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in "
             "the child")
     return 0
@@ -430,15 +445,13 @@ A zmq context and every subscription and publisher opened on it.
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef object _auth             # its Authenticator once authentication is on (_auth.pxi)
     cdef object __weakref__
 
     def __cinit__(self):
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
         self._closing = threading.Event()
 
     def __init__(self, io_threads=1, thread_factory=None, max_sockets=None):
@@ -468,7 +481,7 @@ A zmq context and every subscription and publisher opened on it.
     def __del__(self):
         # Subscriptions and publishers reference their bus: when it goes, they
         # have gone (each closed itself, with its own warning).
-        if self._c != NULL and not self._closed and not _inherited(self._fork_generation):
+        if self._c != NULL and not self._closed and not _inherited(self._born):
             warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                           ResourceWarning, source=self)
 
@@ -476,7 +489,7 @@ A zmq context and every subscription and publisher opened on it.
         # A bus not closed (or whose close did not see the end) is closed
         # without waiting: the context ends in the background.  In a forked
         # child the C state is the parent's: left alone.
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             if self._auth is not None:
                 (<Authenticator>self._auth)._stop()
             with nogil:
@@ -491,8 +504,8 @@ A zmq context and every subscription and publisher opened on it.
         return _start_authenticator(self)
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         elif self._closed:
             state = "closed" if self._ended else "closing"
         else:
@@ -502,7 +515,7 @@ A zmq context and every subscription and publisher opened on it.
     @property
     def closed(self):
         """True once close() was called (always, for a Bus inherited across fork)."""
-        return self._closed or _inherited(self._fork_generation)
+        return self._closed or _inherited(self._born)
 
     @property
     def max_sockets(self):
@@ -512,7 +525,7 @@ A zmq context and every subscription and publisher opened on it.
         return uc_bus_max_sockets(self._c)
 
     cdef int _check_process(self) except -1:
-        _check_not_inherited(self._fork_generation, "Bus", self._pid)
+        _check_not_inherited(self._born, "Bus")
         return 0
 
     cdef _check_open(self):

@@ -88,18 +88,16 @@ cdef class Proxy:
     cdef readonly str backend
     cdef tuple _sinks             # the two _EventSinks, which the monitor thread calls until close
     cdef tuple _zaps              # the sides' ZAP domains (None: no authentication)
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef object __weakref__
 
     def __cinit__(self, token=None, *args, **kwargs):
         _made_here(token, "upcall.Proxy", "Bus.proxy() returns one")
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
 
     def __del__(self):
-        if self._c != NULL and not _inherited(self._fork_generation) and self.running:
+        if self._c != NULL and not _inherited(self._born) and self.running:
             try:
                 warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                               ResourceWarning, source=self)
@@ -107,13 +105,13 @@ cdef class Proxy:
                 self.close()
 
     def __dealloc__(self):
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             with nogil:
                 uc_proxy_free(self._c)
         self._c = NULL
 
     cdef int _check(self) except -1:
-        _check_not_inherited(self._fork_generation, "Proxy", self._pid)
+        _check_not_inherited(self._born, "Proxy")
         return 0
 
     def pause(self):
@@ -230,8 +228,8 @@ cdef class Proxy:
         self.close()
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         elif not self.running:
             state = "closed"
         elif self.paused:

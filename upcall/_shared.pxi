@@ -86,7 +86,7 @@ cdef class _SharedSocket:
     cdef readonly str thread_name
     cdef object _factory          # the bus's thread factory (None: the core's own thread)
     cdef object _start_error      # what the factory raised, for the subscribe() that opened it
-    cdef int _fork_generation
+    cdef born_in _born            # where it was made (the fork check)
     cdef Decoder _decoder         # the built-in decoder its subscriptions share
     # Its subscriptions' connection events: the shared socket's, none of
     # their own (no on_event: bus.subscribe() shares no socket with one), so one
@@ -101,11 +101,11 @@ cdef class _SharedSocket:
         return self._decoder
 
     def __cinit__(self):
-        self._fork_generation = _fork_generation
+        self._born = _born_here()
 
     def __dealloc__(self):
         # In a forked child the C state is the parent's: left alone.
-        if self._sh != NULL and not _inherited(self._fork_generation):
+        if self._sh != NULL and not _inherited(self._born):
             uc_shared_release(self._sh)
         self._sh = NULL
 
