@@ -17,12 +17,13 @@ cdef int _target_kind(object target) except -1:
                     f"upcall.native.NativeHandler, not {type(target).__name__}")
 
 
-cdef int _refuse_async(object f, str what) except -1:
-    """A delivery thread calls its target and would never await the coroutine
-    an async callable returns: such targets are refused, pointing to the
-    asyncio way of subscribing."""
+cdef bint _is_async_callable(object f) except -1:
+    """True when calling f returns something to await or iterate
+    asynchronously: an async def (Python's or Cython's), an async generator,
+    or an object whose __call__ is one.  The one check of every callable a
+    delivery thread calls (targets, decoders), which could never await it."""
     if f is None:
-        return 0
+        return False
     # Cython's async def functions carry asyncio's old marker (which Cython
     # imported to set it, so it is looked for only where it can be).
     marker = getattr(sys.modules.get("asyncio.coroutines"), "_is_coroutine", None)
@@ -30,10 +31,17 @@ cdef int _refuse_async(object f, str what) except -1:
     for c in (f, call):
         if (inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c)
                 or (marker is not None and getattr(c, "_is_coroutine", None) is marker)):
-            raise TypeError(
-                f"{what} is an async callable ({f!r}): subscribe() calls it on a delivery "
-                "thread and could never await it. From a coroutine, use "
-                "`async for msg in bus.subscribe_async(endpoint, ...)` (docs/asyncio.md)")
+            return True
+    return False
+
+
+cdef int _refuse_async(object f, str what) except -1:
+    """Async targets are refused, pointing to the asyncio way of subscribing."""
+    if _is_async_callable(f):
+        raise TypeError(
+            f"{what} is an async callable ({f!r}): subscribe() calls it on a delivery "
+            "thread and could never await it. From a coroutine, use "
+            "`async for msg in bus.subscribe_async(endpoint, ...)` (docs/asyncio.md)")
     return 0
 
 
