@@ -9,9 +9,21 @@ import ipaddress
 
 from upcall.certs import _public_keys
 
-# The causes of uc_zap_stats, as Authenticator.stats names them.
-_ZAP_STAT_NAMES = ("allowed", "refused_key", "refused_address", "refused_mechanism",
-                   "malformed")
+# The causes of uc_zap_stats, as Authenticator.stats names them, keyed by
+# the C enum's values (so that a reordering of the enum cannot mislabel).
+_ZAP_STAT_NAMES = {
+    UC_ZAP_ALLOWED: "allowed",
+    UC_ZAP_REFUSED_KEY: "refused_key",
+    UC_ZAP_REFUSED_IP: "refused_address",
+    UC_ZAP_REFUSED_MECHANISM: "refused_mechanism",
+    UC_ZAP_MALFORMED: "malformed",
+}
+
+
+cdef dict _zap_stats_dict(const uint64_t *out):
+    """uc_zap_stats' counters by name."""
+    return {_ZAP_STAT_NAMES[i]: out[i] for i in range(<int>UC_ZAP_STAT_COUNT)}
+
 _ZAP_CAUSE_TEXT = {
     UC_ZAP_REFUSED_KEY: "a CURVE client key on no allow list",
     UC_ZAP_REFUSED_IP: "an address denied (or not on the allow list)",
@@ -168,12 +180,12 @@ cdef class Authenticator:
         """Handshakes answered, by outcome: allowed, refused_key,
         refused_address, refused_mechanism, malformed (once stopped: the
         final counts)."""
-        cdef uint64_t out[8]
+        cdef uint64_t out[UC_ZAP_STAT_COUNT]
         if self._c == NULL and self._final is not None:
             return dict(self._final)
         self._check()
         uc_zap_stats(self._c, out)
-        return {name: out[i] for i, name in enumerate(_ZAP_STAT_NAMES)}
+        return _zap_stats_dict(out)
 
     @property
     def entries(self):
@@ -192,10 +204,10 @@ cdef class Authenticator:
 
     cdef void _stop(self) noexcept:
         cdef uc_zap *c = self._c
-        cdef uint64_t out[8]
+        cdef uint64_t out[UC_ZAP_STAT_COUNT]
         if c != NULL:
             uc_zap_stats(c, out)
-            self._final = {name: out[i] for i, name in enumerate(_ZAP_STAT_NAMES)}
+            self._final = _zap_stats_dict(out)
         self._c = NULL
         if c != NULL:
             with nogil:

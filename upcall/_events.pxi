@@ -20,20 +20,23 @@
 
 _event_log = logging.getLogger("upcall.events")
 
-# (stats key, event kind, cause), by uc_event_kind.
-_EVENT_NAMES = (
-    ("connected", "connected", None),
-    ("connect_retried", "connect_retried", None),
-    ("accepted", "accepted", None),
-    ("disconnected", "disconnected", None),
-    ("handshakes", "handshake_succeeded", None),
-    ("handshake_failed_protocol", "handshake_failed", "protocol"),
-    ("handshake_failed_auth", "handshake_failed", "auth"),
-    ("handshake_failed_no_detail", "handshake_failed", "no_detail"),
-)
+# (stats key, event kind, cause) of each uc_event_kind, keyed by the C
+# enum's values (so that a reordering of the enum cannot mislabel).
+_EVENT_NAMES = {
+    UC_EV_CONNECTED: ("connected", "connected", None),
+    UC_EV_CONNECT_RETRIED: ("connect_retried", "connect_retried", None),
+    UC_EV_ACCEPTED: ("accepted", "accepted", None),
+    UC_EV_DISCONNECTED: ("disconnected", "disconnected", None),
+    UC_EV_HANDSHAKE_SUCCEEDED: ("handshakes", "handshake_succeeded", None),
+    UC_EV_HANDSHAKE_FAILED_PROTOCOL: ("handshake_failed_protocol", "handshake_failed", "protocol"),
+    UC_EV_HANDSHAKE_FAILED_AUTH: ("handshake_failed_auth", "handshake_failed", "auth"),
+    UC_EV_HANDSHAKE_FAILED_NO_DETAIL: ("handshake_failed_no_detail", "handshake_failed",
+                                       "no_detail"),
+}
 
-# The stats keys of the connection events, in uc_event_kind order.
-EVENT_STATS = tuple(row[0] for row in _EVENT_NAMES)
+# The stats keys of the connection events, by the counters' index
+# (uc_event_kind; a kind missing from the table fails the import).
+EVENT_STATS = tuple(_EVENT_NAMES[k][0] for k in range(<int>UC_EV_COUNT))
 
 
 class ConnectionEvent:

@@ -14,6 +14,8 @@ import pathlib
 import re
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 SYNTH_FILES = {"sub_synth.c", "synth.h"}
@@ -275,3 +277,27 @@ def test_every_c_source_has_a_c_test_that_meson_runs():
         assert test[:-2] in listed, f"{test} is not built and run by csrc/tests/meson.build"
     for name, test in COVERED_BY.items():
         assert (CSRC / name).is_file(), f"COVERED_BY names {name}, which is gone"
+
+
+def _c_enumerators(header, first, count):
+    """The enumerators of the C enum that starts with ``first``, up to (not
+    including) ``count``, in order."""
+    text = (CSRC / header).read_text()
+    body = text[text.index(first):text.index(count, text.index(first))]
+    return re.findall(r"^\s*(UC_\w+)", body, re.M)
+
+
+@pytest.mark.parametrize("source, table, header, first, count", [
+    ("_events.pxi", "_EVENT_NAMES", "bus.h", "UC_EV_CONNECTED", "UC_EV_COUNT"),
+    ("_auth.pxi", "_ZAP_STAT_NAMES", "zap.h", "UC_ZAP_ALLOWED", "UC_ZAP_STAT_COUNT"),
+])
+def test_name_tables_are_keyed_by_the_c_enum(source, table, header, first, count):
+    # A table of names for a C enum's values is a dict keyed by the
+    # enumerators themselves, one entry each: reordering the enum (or adding
+    # a value in the middle) then cannot give a counter another's name, as a
+    # tuple indexed by position would.
+    text = (ROOT / "upcall" / source).read_text()
+    start = text.index(f"\n{table} = ")
+    body = text[start:text.index("\n}", start)]
+    keys = re.findall(r"^\s*(UC_\w+)\s*:", body, re.M)
+    assert sorted(keys) == sorted(_c_enumerators(header, first, count))
