@@ -301,3 +301,12 @@ def test_name_tables_are_keyed_by_the_c_enum(source, table, header, first, count
     body = text[start:text.index("\n}", start)]
     keys = re.findall(r"^\s*(UC_\w+)\s*:", body, re.M)
     assert sorted(keys) == sorted(_c_enumerators(header, first, count))
+
+
+def test_every_c_source_is_in_the_layout():
+    # CONTRIBUTING.md's map of the tree names every C source of the core.
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    layout = text[text.index("## Layout"):]
+    missing = [p.name for p in sorted(CSRC.glob("*.c"))
+               if not re.search(rf"\b{re.escape(p.name)}\b", layout)]
+    assert missing == []
