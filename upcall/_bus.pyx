@@ -8,12 +8,16 @@ One extension module built from one .pxi per concept, included in this order:
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
+  _events.pxi       connection events: counted in C, logged and handed to on_event
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
+  _shared.pxi       shared sockets: many subscriptions on one SUB socket and thread
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
   _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
   _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
+  _auth.pxi         client authentication: the bridge to the bus's ZAP handler
+  _proxy.pxi        Proxy: an XSUB/XPUB forwarder on libzmq's zmq_proxy_steerable
   _options.pxi      SubscribeOptions, PublisherOptions: every keyword argument, checked once
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
   _aiter.pxi        async iteration: __anext__ with no coroutine while messages are queued

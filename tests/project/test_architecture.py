@@ -310,3 +310,20 @@ def test_every_c_source_is_in_the_layout():
     missing = [p.name for p in sorted(CSRC.glob("*.c"))
                if not re.search(rf"\b{re.escape(p.name)}\b", layout)]
     assert missing == []
+
+
+def test_the_bus_module_docstring_lists_its_includes_in_order():
+    # _bus.pyx is one module of many .pxi files: its docstring is the map a
+    # reader starts from, so it names every one, in the order included.
+    text = (ROOT / "upcall" / "_bus.pyx").read_text()
+    docstring = ast.get_docstring(ast.parse(_python_header(text)))
+    listed = re.findall(r"^  (_\w+\.pxi) ", docstring, re.M)
+    included = re.findall(r'^include "(\w+\.pxi)"', text, re.M)
+    assert listed == included
+    assert set(included) == {p.name for p in (ROOT / "upcall").glob("*.pxi")}
+
+
+def _python_header(text):
+    """The module's leading comment lines and docstring, as Python."""
+    end = text.index('"""', text.index('"""') + 3) + 3
+    return text[:end]
