@@ -183,7 +183,7 @@ cdef int _deliver_async(loop_state *st, const uc_msg *batch, size_t n,
     the plain messages are copied into the hand-over queue; a run of others
     is decoded with the GIL (the trampoline, to _Bridge.on_batch)."""
     cdef size_t took = 0
-    cdef int rc = uc_ho_put(<uc_ho *>st.ho, batch, n, &took)
+    cdef int rc = uc_ho_put(<uc_ho *>st.flavour, batch, n, &took)
     consumed[0] = took
     if rc == UC_HO_OK:
         return UC_DELIVER_MORE

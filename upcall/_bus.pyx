@@ -30,7 +30,7 @@ cimport cython
 from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
 from posix.unistd cimport getpid
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE

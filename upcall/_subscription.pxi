@@ -215,8 +215,9 @@ cdef class Subscription:
         if self._c != NULL and not _inherited(self._born):
             uc_sub_free(self._c)
         self._c = NULL
-        free(self._st.selected)
-        self._st.selected = NULL
+        if self._st.ops != NULL and self._st.ops.release != NULL:
+            self._st.ops.release(self._st.flavour)
+        self._st.flavour = NULL
 
     def __repr__(self):
         if _inherited(self._born):
