@@ -8,12 +8,16 @@ One extension module built from one .pxi per concept, included in this order:
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
+  _events.pxi       connection events: counted in C, logged and handed to on_event
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
+  _shared.pxi       shared sockets: many subscriptions on one SUB socket and thread
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
   _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
   _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
+  _auth.pxi         client authentication: the bridge to the bus's ZAP handler
+  _proxy.pxi        Proxy: an XSUB/XPUB forwarder on libzmq's zmq_proxy_steerable
   _options.pxi      SubscribeOptions, PublisherOptions: every keyword argument, checked once
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
   _aiter.pxi        async iteration: __anext__ with no coroutine while messages are queued
@@ -26,8 +30,9 @@ cimport cython
 from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
+from posix.unistd cimport getpid
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport (PyErr_CheckSignals, PyErr_Restore, PyErr_SetInterrupt,
@@ -37,9 +42,13 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
+from upcall.includes.coalesce cimport *
 from upcall.includes.handover cimport *
 from upcall.includes.oob cimport *
+from upcall.includes.proxy cimport *
 from upcall.includes.python cimport *
+from upcall.includes.sub_shared cimport *
+from upcall.includes.zap cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free, mp_write_raw
 from upcall._codec cimport Encoder, Decoder
@@ -150,18 +159,32 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-cdef inline bint _inherited(int generation) noexcept:
-    """True for an object made in the fork generation ``generation`` when
-    this process is a forked child of the one that made it."""
-    return generation != _fork_generation
+# Where an object was made: every object holding C state keeps one (its
+# `_born`), set by _born_here() when it is made.
+cdef struct born_in:
+    int generation           # the fork generation
+    long pid
 
 
-cdef int _check_not_inherited(int generation, str what, long pid) except -1:
-    """The fork check of every entry point of Bus, Subscription and
-    Publisher: RuntimeError in a forked child for what the parent made."""
-    if _inherited(generation):
+cdef inline born_in _born_here() noexcept:
+    cdef born_in b
+    b.generation = _fork_generation
+    b.pid = getpid()
+    return b
+
+
+cdef inline bint _inherited(born_in born) noexcept:
+    """True for an object made where ``born`` says when this process is a
+    forked child of the one that made it."""
+    return born.generation != _fork_generation
+
+
+cdef int _check_not_inherited(born_in born, str what) except -1:
+    """The fork check of every entry point of Bus, Subscription, Publisher
+    and Proxy: RuntimeError in a forked child for what the parent made."""
+    if _inherited(born):
         raise RuntimeError(
-            f"this {what} was created in process {pid}, and this is its forked child "
+            f"this {what} was created in process {born.pid}, and this is its forked child "
             f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in "
             "the child")
     return 0
@@ -426,15 +449,13 @@ A zmq context and every subscription and publisher opened on it.
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef object _auth             # its Authenticator once authentication is on (_auth.pxi)
     cdef object __weakref__
 
     def __cinit__(self):
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
         self._closing = threading.Event()
 
     def __init__(self, io_threads=1, thread_factory=None, max_sockets=None):
@@ -464,7 +485,7 @@ A zmq context and every subscription and publisher opened on it.
     def __del__(self):
         # Subscriptions and publishers reference their bus: when it goes, they
         # have gone (each closed itself, with its own warning).
-        if self._c != NULL and not self._closed and not _inherited(self._fork_generation):
+        if self._c != NULL and not self._closed and not _inherited(self._born):
             warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                           ResourceWarning, source=self)
 
@@ -472,7 +493,7 @@ A zmq context and every subscription and publisher opened on it.
         # A bus not closed (or whose close did not see the end) is closed
         # without waiting: the context ends in the background.  In a forked
         # child the C state is the parent's: left alone.
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             if self._auth is not None:
                 (<Authenticator>self._auth)._stop()
             with nogil:
@@ -487,8 +508,8 @@ A zmq context and every subscription and publisher opened on it.
         return _start_authenticator(self)
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         elif self._closed:
             state = "closed" if self._ended else "closing"
         else:
@@ -498,7 +519,7 @@ A zmq context and every subscription and publisher opened on it.
     @property
     def closed(self):
         """True once close() was called (always, for a Bus inherited across fork)."""
-        return self._closed or _inherited(self._fork_generation)
+        return self._closed or _inherited(self._born)
 
     @property
     def max_sockets(self):
@@ -508,7 +529,7 @@ A zmq context and every subscription and publisher opened on it.
         return uc_bus_max_sockets(self._c)
 
     cdef int _check_process(self) except -1:
-        _check_not_inherited(self._fork_generation, "Bus", self._pid)
+        _check_not_inherited(self._born, "Bus")
         return 0
 
     cdef _check_open(self):
@@ -716,7 +737,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._shared = shared_src is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
-        sub._st.adopted = 0
+        sub._st.thread.adopted = 0
         _set_target(sub, target_kind, batch)
 
         memset(&o, 0, sizeof(o))
@@ -770,7 +791,7 @@ A zmq context and every subscription and publisher opened on it.
             o.on_exit = _shared_sub_exit
             if target_kind != TARGET_NATIVE:
                 o.deliver = <uc_deliver_fn><void *>_shared_sub_deliver   # the hand-out holds the GIL
-            sub._st.adopted = 1
+            sub._st.thread.adopted = 1
             sub._run_name = sub._thread_name = shared_src.sock.thread_name
             Py_INCREF(sub)             # the loop's reference, dropped by _shared_sub_exit
         elif not sub._caller:
@@ -779,7 +800,7 @@ A zmq context and every subscription and publisher opened on it.
             if factory is None or factory is native_threads:
                 sub._run_name_b = sub._run_name.encode() + b"\0"
                 sub._thread_name = sub._run_name
-                sub._st.native_name = <const char *>sub._run_name_b   # Python's name for it too
+                sub._st.thread.native_name = <const char *>sub._run_name_b   # Python's name for it too
                 o.start = _start_native
                 o.start_ctx = <void *><const char *>sub._run_name_b
             else:

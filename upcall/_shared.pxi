@@ -15,32 +15,10 @@
 # a thread of its own (thread_factory=, a bus factory), delivery="caller",
 # bind=True, kind="pull" or shared=False keeps a socket of its own.
 
-cdef extern from "sub_shared.h" nogil:
-    ctypedef struct uc_shared:
-        pass
-    uc_shared *uc_shared_new(int *err)
-    int uc_shared_open(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o)
-    int uc_shared_deliver(uc_shared *sh, const uc_msg *batch, size_t n, size_t *consumed)
-    size_t uc_shared_group(uc_shared *sh, const uc_msg *batch, size_t n)
-    int uc_shared_hand_out(uc_shared *sh)
-    void uc_shared_reader_ended(uc_shared *sh)
-    uc_sub *uc_shared_join(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
-                          int *err)
-    void uc_shared_sub_ready(uc_sub *s)
-    void uc_shared_sub_exit(uc_sub *s)
-    int uc_shared_sub_wait(uc_sub *s, int timeout_ms)
-    size_t uc_shared_subs(uc_shared *sh)
-    int uc_shared_closed(uc_shared *sh)
-    void uc_shared_close(uc_shared *sh)
-    uc_sub *uc_shared_reader(uc_shared *sh)
-    void uc_shared_release(uc_shared *sh)
-
-
 cdef struct reader_state:
     uc_shared *sh
-    int adopted               # this thread holds a GILState registration for the loop
-    PyGILState_STATE gstate
-    char native_name[16]
+    adopted_thread thread     # native_name: name_buf on a thread of the core's, else NULL
+    char name_buf[16]
 
 
 cdef int _reader_deliver(void *ctx, const uc_msg *batch, size_t n,
@@ -49,14 +27,10 @@ cdef int _reader_deliver(void *ctx, const uc_msg *batch, size_t n,
     if _python_gone():
         consumed[0] = n
         return UC_DELIVER_STOP
-    if not rd.adopted:
+    if not rd.thread.adopted:
         # Once per loop, for every subscription of the shared socket: their
         # trampolines then take the GIL with this thread's own state.
-        rd.gstate = PyGILState_Ensure()
-        if rd.native_name[0]:     # a thread of the core's (a factory's keeps its name)
-            _name_python_thread(rd.native_name)
-        PyEval_SaveThread()
-        rd.adopted = 1
+        _adopt(&rd.thread)
     consumed[0] = n
     if uc_shared_group(rd.sh, batch, n) == 0:     # without the GIL
         return uc_shared_hand_out(rd.sh)
@@ -81,14 +55,11 @@ cdef void _reader_exit(void *ctx) noexcept nogil:
     # _shared_sub_exit runs on this thread), then the adopted thread state goes.
     cdef reader_state *rd = <reader_state *>ctx
     cdef uc_shared *sh = rd.sh
-    cdef int adopted = rd.adopted
-    cdef PyGILState_STATE gstate = rd.gstate
+    cdef adopted_thread thread = rd.thread
     free(rd)
     uc_shared_reader_ended(sh)     # drops the loop's reference to the shared socket
-    if adopted and not _python_gone():
-        PyEval_RestoreThread(PyGILState_GetThisThreadState())
-        _forget_python_thread()
-        PyGILState_Release(gstate)
+    if thread.adopted and not _python_gone():
+        _let_go(thread, NULL)
 
 
 cdef void _shared_sub_exit(void *ctx) noexcept nogil:
@@ -115,7 +86,7 @@ cdef class _SharedSocket:
     cdef readonly str thread_name
     cdef object _factory          # the bus's thread factory (None: the core's own thread)
     cdef object _start_error      # what the factory raised, for the subscribe() that opened it
-    cdef int _fork_generation
+    cdef born_in _born            # where it was made (the fork check)
     cdef Decoder _decoder         # the built-in decoder its subscriptions share
     # Its subscriptions' connection events: the shared socket's, none of
     # their own (no on_event: bus.subscribe() shares no socket with one), so one
@@ -130,11 +101,11 @@ cdef class _SharedSocket:
         return self._decoder
 
     def __cinit__(self):
-        self._fork_generation = _fork_generation
+        self._born = _born_here()
 
     def __dealloc__(self):
         # In a forked child the C state is the parent's: left alone.
-        if self._sh != NULL and not _inherited(self._fork_generation):
+        if self._sh != NULL and not _inherited(self._born):
             uc_shared_release(self._sh)
         self._sh = NULL
 
@@ -197,8 +168,9 @@ cdef _SharedSocket _open_shared_socket(uc_bus *bus, list ep_list, object opts, i
     native = factory is None or factory is native_threads
     if native:
         name_b = name.encode()
-        strncpy(rd.native_name, <const char *>name_b, 15)
-        rd.native_name[15] = 0
+        strncpy(rd.name_buf, <const char *>name_b, 15)
+        rd.name_buf[15] = 0
+        rd.thread.native_name = rd.name_buf
     memset(&o, 0, sizeof(o))
     o.kind = UC_SUB
     o.failed_endpoint = &failed
@@ -213,7 +185,7 @@ cdef _SharedSocket _open_shared_socket(uc_bus *bus, list ep_list, object opts, i
     o.ctx = rd
     if native:
         o.start = _start_native
-        o.start_ctx = <void *>rd.native_name
+        o.start_ctx = <void *>rd.name_buf
     else:
         sock._factory = factory
         o.start = _start_python

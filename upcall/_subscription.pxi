@@ -178,8 +178,7 @@ cdef class Subscription:
     cdef bint _pull
     cdef bint _shared             # shares a socket (_shared.pxi): its source is a shared socket
     cdef _Source _source          # None: a zmq socket
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     # Errors logged without on_error, rate-limited: made at the first error
     # (None until then: two objects fewer for each of thousands of shared
     # subscriptions that never fail).
@@ -197,8 +196,7 @@ cdef class Subscription:
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
 
     def __del__(self):
         # A thread-mode loop holds a reference to us while it runs: only a
@@ -214,15 +212,16 @@ cdef class Subscription:
     def __dealloc__(self):
         # The loop holds a reference to us while it runs, so it has ended.  In
         # a forked child the C state is the parent's: left alone.
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             uc_sub_free(self._c)
         self._c = NULL
-        free(self._st.selected)
-        self._st.selected = NULL
+        if self._st.ops != NULL and self._st.ops.release != NULL:
+            self._st.ops.release(self._st.flavour)
+        self._st.flavour = NULL
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         else:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
         # As bound or connected: a port picked at bind (tcp://...:*) shows its number.
@@ -230,7 +229,7 @@ cdef class Subscription:
         return f"<upcall.Subscription {','.join(eps)} topics={list(self.topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
-        _check_not_inherited(self._fork_generation, "Subscription", self._pid)
+        _check_not_inherited(self._born, "Subscription")
         return 0
 
     cdef _request_stop(self):
@@ -246,7 +245,7 @@ cdef class Subscription:
     def closed(self):
         """True once close() was called or delivery ended (StopDelivery), and
         for a Subscription inherited across fork."""
-        if _inherited(self._fork_generation):
+        if _inherited(self._born):
             return True
         return bool(self._closed or (self._c != NULL and uc_sub_finished(self._c)))
 
