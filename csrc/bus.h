@@ -346,6 +346,11 @@ typedef struct uc_sub_opts {
                                      zmq message; nothing read when 0) */
     uc_event_fn on_event;         /* may be NULL: events are counted anyway */
     void *event_ctx;
+    int start_held;               /* thread mode: the loop receives and delivers
+                                     nothing until uc_sub_ready (or a close or
+                                     free), so that an opener with more to do
+                                     once uc_sub_open returned (a binding
+                                     wrapping the handle) hands it out first */
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;
@@ -377,6 +382,11 @@ typedef enum {
 /* Open the socket, subscribe, bind/connect; in thread mode start the loop.
  * On failure returns NULL with *err set (and errno for ZMQ/SYS errors). */
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err);
+
+/* Thread mode, opened with start_held: let the loop run.  Any thread, once;
+ * later calls and caller mode do nothing.  A close or free of a subscription
+ * still held lets it run too (it then ends at once). */
+void uc_sub_ready(uc_sub *sub);
 
 /* Caller mode: run the loop on this thread until timeout_ms passes (< 0: no limit), deliver has taken max_messages (0: no
  * limit), deliver returns UC_DELIVER_PAUSE or STOP, or the subscription is

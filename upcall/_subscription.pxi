@@ -190,6 +190,12 @@ cdef class Subscription:
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef bint _loop_started       # a Python thread factory called run() (_Run.__call__)
     cdef bint _start_late         # ... not within LOOP_START_WARNING (_check_loop_started)
+    # The statement that called subscribe(), until the first batch waits for
+    # it to take the handle (_wait_for_opener): id() of its frame (0: none),
+    # the call's instruction there, its thread.
+    cdef size_t _opener_frame
+    cdef int _opener_lasti
+    cdef unsigned long _opener_thread
     cdef object __weakref__       # the bus keeps a weak reference
     cdef _EventSink _events       # connection events: on_event and their log
     cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None

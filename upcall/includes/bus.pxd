@@ -141,6 +141,7 @@ cdef extern from "bus.h" nogil:
         int with_sender
         uc_event_fn on_event
         void *event_ctx
+        int start_held
 
     ctypedef struct uc_sub:
         pass
@@ -170,6 +171,7 @@ cdef extern from "bus.h" nogil:
     size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
     int uc_sub_poll_some(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
+    void uc_sub_ready(uc_sub *sub)
     int uc_sub_close(uc_sub *sub, int timeout_ms)
     void uc_sub_wake(uc_sub *sub)
     int uc_sub_finished(const uc_sub *sub)
@@ -198,6 +200,7 @@ cdef extern from "bus.h" nogil:
         size_t max_batch, max_bytes, max_topics
         uc_event_fn on_event
         void *event_ctx
+        int start_held
         int stamp
         size_t stamp_max_topics
         int on_full
