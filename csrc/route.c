@@ -630,6 +630,12 @@ static struct uc_streams *member_streams(uc_sub *s)
     return c->ops->streams ? c->ops->streams(c) : NULL;
 }
 
+static void member_prefix_copies(uc_sub *s, uc_prefix_copies *out)
+{
+    /* The prefixes are sent by the shared socket: the carrier's queues. */
+    uc_sub_prefix_copies(((route_member *)s)->r->carrier, out);
+}
+
 static const uc_sub_ops member_ops = {
     .run = member_run,
     .finalize = member_finalize,
@@ -641,6 +647,7 @@ static const uc_sub_ops member_ops = {
     .endpoint = member_endpoint,
     .monitor = member_monitor,
     .streams = member_streams,
+    .prefix_copies = member_prefix_copies,
     .no_wake_fd = 1,
 };
 

@@ -570,6 +570,13 @@ int uc_sub_source_is_ours(const uc_sub *s)
 
 /* ---- stats and the endpoint ------------------------------------------- */
 
+void uc_sub_prefix_copies(uc_sub *s, uc_prefix_copies *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->prefix_copies)
+        s->ops->prefix_copies(s, out);
+}
+
 void uc_sub_events(uc_sub *s, uint64_t *counts, int *peers)
 {
     uc_mon *m = s && s->ops->monitor ? s->ops->monitor(s) : NULL;

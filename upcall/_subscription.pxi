@@ -264,6 +264,12 @@ cdef class Subscription:
         many (received counts those).  Loss of stamped messages (docs/wire.md,
         "Stamps"): lost, gaps, streams, unstamped, reordered, duplicates,
         streams_forgotten (a routed subscription's are its socket's).
+        What the socket's send queues may hold of its prefixes (a SUB; 0 for
+        a PULL; a routed subscription's are its shared socket's;
+        docs/security.md, "Where prefixes are copied"): prefix_copies, the
+        full copies of its prefixes they may hold (one per peer connected,
+        two per connecting endpoint down), and prefix_copy_bytes, an upper
+        bound of their memory.
         Connection events (upcall.EVENT_STATS, docs/events.md): connected,
         connect_retried, accepted, disconnected, handshakes,
         handshake_failed_protocol, handshake_failed_auth,
@@ -273,14 +279,17 @@ cdef class Subscription:
         LOOP_START_WARNING seconds after subscribe() (docs/threads.md)."""
         cdef uc_stats s
         cdef uc_stream_counts lc
+        cdef uc_prefix_copies pc
         self._check_process()
         uc_sub_stats(self._c, &s)
         uc_sub_stream_counts(self._c, &lc)
+        uc_sub_prefix_copies(self._c, &pc)
         stats = {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                  "batches": s.batches, "decode_errors": s.decode_errors,
                  "callback_errors": s.callback_errors, "dropped": s.dropped,
                  "zmq_received": s.zmq_received,
-                 **_loss_stats(&lc, s.received)}
+                 **_loss_stats(&lc, s.received),
+                 "prefix_copies": pc.copies, "prefix_copy_bytes": pc.copy_bytes}
         if self._factory is not None:
             stats["loop_start_late"] = int(self._start_late)
         stats.update(self._event_counts())

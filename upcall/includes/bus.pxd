@@ -166,7 +166,14 @@ cdef extern from "bus.h" nogil:
         UC_STAT_FILTERED
         UC_STAT_ZMQ_RECEIVED
 
+    ctypedef struct uc_prefix_copies:
+        uint64_t prefixes
+        uint64_t bytes
+        uint64_t copies
+        uint64_t copy_bytes
+
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
+    void uc_sub_prefix_copies(uc_sub *sub, uc_prefix_copies *out)
     void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out)
     size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
