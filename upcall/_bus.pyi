@@ -430,6 +430,9 @@ EXIT_TIMEOUT: float
 # Seconds a Python thread factory may take to start a subscription's loop
 # before a warning and stats["loop_start_late"] say so (None: never).
 LOOP_START_WARNING: float | None
+# How many times a subscription's first batch gives the GIL back to the
+# statement that called subscribe() until it has taken the handle.
+OPENER_YIELDS: int
 # Events a publisher's on_event thread may have queued; past it, counted only.
 EVENT_QUEUE_SIZE: int
 
