@@ -28,7 +28,7 @@ def _copies(sub):
     return st["prefix_copies"], st["prefix_copy_bytes"]
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["routed", "own-socket"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-socket"])
 def test_connecting_sub_counts_peers_and_endpoints_down(shared):
     with upcall.Bus() as bus:
         pub = bus.publisher("tcp://127.0.0.1:*", bind=True)

@@ -30,7 +30,7 @@ def _free_tcp_endpoint():
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["routed", "own-socket"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-socket"])
 def test_churn_while_publisher_down_is_bounded_and_cancels(shared):
     ep = _free_tcp_endpoint()          # nothing listens there yet
     got = []
@@ -93,7 +93,7 @@ class _Xpub:
         self._ctx.term()
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["routed", "own-socket"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-socket"])
 def test_churn_with_one_endpoint_down_is_bounded(shared):
     """A SUB connected to two endpoints, one up and one down: the up one gets
     every change in order, the queue towards the one that is down stays

@@ -207,7 +207,6 @@ cdef extern from "bus.h" nogil:
         size_t max_batch, max_bytes, max_topics
         uc_event_fn on_event
         void *event_ctx
-        int start_held
         int stamp
         size_t stamp_max_topics
         int on_full

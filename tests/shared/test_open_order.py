@@ -1,10 +1,11 @@
 """A subscription's target never runs before bus.subscribe() has returned
-it, routed or on a socket of its own, whatever the target kind and thread
-factory: a target may use the handle its caller was given
+it, on a shared socket or a socket of its own, whatever the target kind and
+thread factory: a target may use the handle its caller was given
 (``sub = bus.subscribe(ep, lambda m: sub.close(), ...)``), even when messages
-for its prefix flood the endpoint while it opens (the router, or the
-subscription's own loop, holds what reached it until then, and its first
-batch lets the statement that called subscribe() take the handle first).
+for its prefix flood the endpoint while it opens (the shared socket, or the
+subscription's own loop, holds what reached it until then, and the own
+socket's first batch lets the statement that called subscribe() take the
+handle first).
 A switch interval of a microsecond makes an own socket's delivery thread
 take the GIL at the first chance it gets."""
 import sys
@@ -67,7 +68,7 @@ def switch_interval(request):
 
 @pytest.mark.parametrize(
     "shared, kind, factory", CASES,
-    ids=[f"{'routed' if s else 'own-socket'}-{k}{'-python_threads' if f else ''}"
+    ids=[f"{'shared' if s else 'own-socket'}-{k}{'-python_threads' if f else ''}"
          for s, k, f in CASES])
 def test_target_runs_only_after_subscribe_returns(shared, kind, factory, switch_interval):
     early = []
@@ -75,7 +76,7 @@ def test_target_runs_only_after_subscribe_returns(shared, kind, factory, switch_
     with upcall.Bus() as bus:
         pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
         ep = pub.last_endpoint
-        # Keeps the shared socket open between the opens, so that each routed
+        # Keeps the shared socket open between the opens, so that each shared
         # open joins it while the flood runs (its prefix new to the socket
         # each time).
         bystander = bus.subscribe(ep, lambda m: None, topics=[b"zz"], shared=shared)
