@@ -66,6 +66,8 @@ typedef struct uc_sub_ops {
     /* uc_sub_stream_counts, uc_sub_streams (bus.h): a source that reads
      * upcall's marker frames (a zmq socket).  NULL: no stamps (all 0). */
     struct uc_streams *(*streams)(uc_sub *s);
+    /* uc_sub_prefix_copies (bus.h): a SUB socket.  NULL: all 0. */
+    void (*prefix_copies)(uc_sub *s, uc_prefix_copies *out);
 
     /* 1: the subscription has no eventfd (efd -1): a source that never
      * waits on its own (a subscription on a shared socket, sub_shared.c, is handed its

@@ -630,6 +630,12 @@ static struct uc_streams *shared_sub_streams(uc_sub *s)
     return c->ops->streams ? c->ops->streams(c) : NULL;
 }
 
+static void shared_sub_prefix_copies(uc_sub *s, uc_prefix_copies *out)
+{
+    /* The prefixes are sent by the shared socket: the reader's queues. */
+    uc_sub_prefix_copies(((shared_sub *)s)->sh->reader, out);
+}
+
 static const uc_sub_ops shared_sub_ops = {
     .run = shared_sub_run,
     .finalize = shared_sub_finalize,
@@ -641,6 +647,7 @@ static const uc_sub_ops shared_sub_ops = {
     .endpoint = shared_sub_endpoint,
     .monitor = shared_sub_monitor,
     .streams = shared_sub_streams,
+    .prefix_copies = shared_sub_prefix_copies,
     .no_wake_fd = 1,
 };
 

@@ -811,6 +811,9 @@ A zmq context and every subscription and publisher opened on it.
                 o.start_ctx = <void *>sub
                 _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
             Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
+            # Its loop waits for uc_sub_ready below: the target runs only once
+            # the caller holds the subscription, as a shared one's does.
+            o.start_held = 1
         cdef int open_errno = 0
         try:
             if source is None:
@@ -846,10 +849,14 @@ A zmq context and every subscription and publisher opened on it.
                 sub._topic_ticket = shared_src.ticket
                 _in_signal_slices(sub, _topics_step, &shared_src.ticket, -1)
         finally:
+            # Its target may run from now on: not before the caller has the
+            # subscription (the shared socket, or the held loop, kept what
+            # reached it so far).
             if shared_src is not None:
-                # Its target may run from now on: not before the caller has
-                # the subscription (the shared socket held what reached it so far).
                 uc_shared_sub_ready(sub._c)
+            elif o.start_held:
+                _note_opener(sub)
+                uc_sub_ready(sub._c)
         return sub
 
     cdef _SharedSource _shared_source(self, list ep_list, object opts, int64_t mms,

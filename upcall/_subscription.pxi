@@ -189,6 +189,12 @@ cdef class Subscription:
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef bint _loop_started       # a Python thread factory called run() (_Run.__call__)
     cdef bint _start_late         # ... not within LOOP_START_WARNING (_check_loop_started)
+    # The statement that called subscribe(), until the first batch waits for
+    # it to take the handle (_wait_for_opener): id() of its frame (0: none),
+    # the call's instruction there, its thread.
+    cdef size_t _opener_frame
+    cdef int _opener_lasti
+    cdef unsigned long _opener_thread
     cdef object __weakref__       # the bus keeps a weak reference
     cdef _EventSink _events       # connection events: on_event and their log
     cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None
@@ -257,6 +263,12 @@ cdef class Subscription:
         many (received counts those).  Loss of stamped messages (docs/wire.md,
         "Stamps"): lost, gaps, streams, unstamped, reordered, duplicates,
         streams_forgotten (a shared socket's subscription has its socket's).
+        What the socket's send queues may hold of its prefixes (a SUB; 0 for
+        a PULL; a shared socket's subscription has its socket's;
+        docs/security.md, "Where prefixes are copied"): prefix_copies, the
+        full copies of its prefixes they may hold (one per peer connected,
+        two per connecting endpoint down), and prefix_copy_bytes, an upper
+        bound of their memory.
         Connection events (upcall.EVENT_STATS, docs/events.md): connected,
         connect_retried, accepted, disconnected, handshakes,
         handshake_failed_protocol, handshake_failed_auth,
@@ -266,14 +278,17 @@ cdef class Subscription:
         LOOP_START_WARNING seconds after subscribe() (docs/threads.md)."""
         cdef uc_stats s
         cdef uc_stream_counts lc
+        cdef uc_prefix_copies pc
         self._check_process()
         uc_sub_stats(self._c, &s)
         uc_sub_stream_counts(self._c, &lc)
+        uc_sub_prefix_copies(self._c, &pc)
         stats = {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                  "batches": s.batches, "decode_errors": s.decode_errors,
                  "callback_errors": s.callback_errors, "dropped": s.dropped,
                  "zmq_received": s.zmq_received,
-                 **_loss_stats(&lc, s.received)}
+                 **_loss_stats(&lc, s.received),
+                 "prefix_copies": pc.copies, "prefix_copy_bytes": pc.copy_bytes}
         if self._factory is not None:
             stats["loop_start_late"] = int(self._start_late)
         stats.update(self._event_counts())

@@ -244,6 +244,51 @@ cdef void _loop_ended_with_gil(Subscription sub) noexcept:
         _write_unraisable(hook_exc, hook)
 
 
+cdef extern from "<sched.h>":
+    int sched_yield() nogil
+
+
+#: How many times a first batch yields the GIL to the statement that called
+#: subscribe() before it goes on regardless (_wait_for_opener).
+OPENER_YIELDS = 50
+
+
+cdef void _note_opener(Subscription sub) noexcept:
+    """subscribe() is about to let its loop deliver: note the statement
+    that called it (the top Python frame: subscribe() makes none)."""
+    try:
+        f = sys._getframe(0)
+        sub._opener_lasti = f.f_lasti
+        sub._opener_thread = threading.get_ident()
+        sub._opener_frame = id(f)
+    except BaseException as exc:
+        _write_unraisable(exc, None)
+
+
+cdef void _wait_for_opener(Subscription sub) noexcept:
+    """The first batch, GIL held: subscribe() has returned, but CPython may
+    have switched threads right after the call, before the statement that
+    made it took the handle (``sub = bus.subscribe(ep, lambda m:
+    sub.close())``).  While that statement's frame has not moved past the
+    call, give it the GIL back; at most OPENER_YIELDS times (an opener inside
+    a C function that goes on running Python code is not waited for)."""
+    cdef int i
+    frame_id = sub._opener_frame
+    sub._opener_frame = 0
+    if sub._opener_thread == threading.get_ident():
+        return
+    try:
+        for i in range(OPENER_YIELDS):
+            f = sys._current_frames().get(sub._opener_thread)
+            if f is None or id(f) != frame_id or f.f_lasti != sub._opener_lasti:
+                return
+            f = None
+            with nogil:
+                sched_yield()
+    except BaseException as exc:
+        _write_unraisable(exc, None)
+
+
 cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
                        const size_t *idx, size_t *done) noexcept:
     """Decode n messages and call the target once for each, with the GIL held
@@ -267,6 +312,8 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     cdef bytes topic = sub._split_topic
     cdef const uc_frame *topic_wire = NULL
     cdef Handler handler = None
+    if sub._opener_frame:
+        _wait_for_opener(sub)
     if sub._st.ops.kind == TARGET_NATIVE:
         target = (<NativeHandler>target).target
         if target is None:
