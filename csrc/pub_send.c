@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <zmq.h>
 
 #include "compress.h"
@@ -35,6 +36,33 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
     int rc;
     while ((rc = zmq_send(sock, buf, len, flags)) < 0 && errno == EINTR)
         ;
+    return rc;
+}
+
+/* Send a message's topic frame: the topic as given, or, for a stamped
+ * single message (`stamp` not NULL), the topic and its stamp (wire.h, "the
+ * topic's stamp").  Built where zmq_send would copy the topic anyway: in
+ * the zmq message, inline up to libzmq's 33 bytes. */
+static int send_topic(void *sock, const void *topic, size_t len, const uc_stamp_entry *stamp,
+                      int flags)
+{
+    if (__builtin_expect(!stamp, 1))
+        return send_retry(sock, topic, len, flags);
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, len + UC_TOPIC_STAMP_SIZE) != 0)
+        return -1;
+    unsigned char *d = zmq_msg_data(&m);
+    if (len)
+        memcpy(d, topic, len);
+    uc_topic_stamp_pack(d + len, stamp->stream, stamp->next);
+    int rc;
+    while ((rc = zmq_msg_send(&m, sock, flags)) < 0 && errno == EINTR)
+        ;
+    if (rc < 0) {
+        int err = errno;
+        zmq_msg_close(&m);
+        errno = err;
+    }
     return rc;
 }
 
@@ -81,17 +109,20 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
 {
     unsigned char mark[UC_MARK_STAMPED_SIZE];
     size_t mark_len = 0, msgs = count ? count : 1;
-    uc_stamp_entry *e = NULL;
+    uc_stamp_entry *e = NULL, *topic_stamp = NULL;
     if (__builtin_expect(p->stamp, 0)) {
         if (!(e = uc_stamps_get(&p->stamps, topic, topic_len))) {
             errno = ENOMEM;
             return UC_ERR_ZMQ;
         }
-        mark_len = uc_mark_pack(mark, 1, e->stream, e->next, (uint32_t)msgs);
+        if (n_frames || count)
+            mark_len = uc_mark_pack(mark, 1, e->stream, e->next, (uint32_t)msgs);
+        else
+            topic_stamp = e;      /* no marker needed: the stamp rides in the topic */
     } else if (n_frames || count) {
         mark_len = uc_mark_pack(mark, 0, 0, 0, 0);
     }
-    if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+    if (send_topic(p->sock, topic, topic_len, topic_stamp, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         if (errno != EAGAIN)
             return UC_ERR_ZMQ;
         /* A send may skip the socket's commands (libzmq throttles that to
@@ -102,7 +133,8 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
         size_t events_len = sizeof events;
         if (zmq_getsockopt(p->sock, ZMQ_EVENTS, &events, &events_len) != 0
             || !(events & ZMQ_POLLOUT)
-            || send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            || send_topic(p->sock, topic, topic_len, topic_stamp,
+                          ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
             if (errno != EAGAIN)
                 return UC_ERR_ZMQ;
             if (p->drop_at_mark)
