@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <string.h>
 #include <zmq.h>
 
 #include "compress.h"
@@ -40,30 +39,16 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
 }
 
 /* Send a message's topic frame: the topic as given, or, for a stamped
- * single message (`stamp` not NULL), the topic and its stamp (wire.h, "the
- * topic's stamp").  Built where zmq_send would copy the topic anyway: in
- * the zmq message, inline up to libzmq's 33 bytes. */
-static int send_topic(void *sock, const void *topic, size_t len, const uc_stamp_entry *stamp,
-                      int flags)
+ * single message (`stamp` not NULL), the topic followed by its stamp
+ * (wire.h, "the topic's stamp"), which the stream's entry keeps ready: only
+ * its seq changes. */
+static inline int send_topic(void *sock, const void *topic, size_t len, uc_stamp_entry *stamp,
+                             int flags)
 {
     if (__builtin_expect(!stamp, 1))
         return send_retry(sock, topic, len, flags);
-    zmq_msg_t m;
-    if (zmq_msg_init_size(&m, len + UC_TOPIC_STAMP_SIZE) != 0)
-        return -1;
-    unsigned char *d = zmq_msg_data(&m);
-    if (len)
-        memcpy(d, topic, len);
-    uc_topic_stamp_pack(d + len, stamp->stream, stamp->next);
-    int rc;
-    while ((rc = zmq_msg_send(&m, sock, flags)) < 0 && errno == EINTR)
-        ;
-    if (rc < 0) {
-        int err = errno;
-        zmq_msg_close(&m);
-        errno = err;
-    }
-    return rc;
+    uc_topic_stamp_set_seq((unsigned char *)stamp->topic + stamp->len, stamp->next);
+    return send_retry(sock, stamp->topic, stamp->len + UC_TOPIC_STAMP_SIZE, flags);
 }
 
 static inline void count_add(_Atomic uint64_t *c, uint64_t n)

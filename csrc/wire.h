@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -281,13 +282,42 @@ static inline int uc_mark_unpack(const void *data, size_t len, uc_mark *m)
 #define UC_TOPIC_STAMP_SIZE 20
 #define UC_TOPIC_STAMP_MAGIC "\xc1ucs"
 
+/* The trailer's fields as 8-byte big-endian words: one byte swap and one
+ * store or load each (per message, on both sides). */
+static inline void uc_wire_put_be64(unsigned char *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+#else
+    uc_wire_put_be(p, v, 8);
+#endif
+}
+
+static inline uint64_t uc_wire_get_be64(const unsigned char *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+#else
+    return uc_wire_get_be(p, 8);
+#endif
+}
+
 /* Write the trailer at out (UC_TOPIC_STAMP_SIZE bytes of room). */
 static inline void uc_topic_stamp_pack(unsigned char *out, uint64_t stream, uint64_t seq)
 {
-    uc_wire_put_be(out, stream, 8);
-    uc_wire_put_be(out + 8, seq, 8);
-    for (int i = 0; i < UC_MARK_MAGIC_SIZE; i++)
-        out[16 + i] = (unsigned char)UC_TOPIC_STAMP_MAGIC[i];
+    uc_wire_put_be64(out, stream);
+    uc_wire_put_be64(out + 8, seq);
+    memcpy(out + 16, UC_TOPIC_STAMP_MAGIC, UC_MARK_MAGIC_SIZE);
+}
+
+/* Renumber a trailer already written (the publisher keeps one per topic
+ * and changes only its seq). */
+static inline void uc_topic_stamp_set_seq(unsigned char *trailer, uint64_t seq)
+{
+    uc_wire_put_be64(trailer + 8, seq);
 }
 
 /* 1 when the topic frame topic[0:len] ends with a stamp (its stream and
@@ -296,16 +326,14 @@ static inline void uc_topic_stamp_pack(unsigned char *out, uint64_t stream, uint
  * compare for a topic without. */
 static inline int uc_topic_stamp_unpack(const void *topic, size_t len, uc_mark *m)
 {
-    const unsigned char *d = (const unsigned char *)topic;
     if (len < UC_TOPIC_STAMP_SIZE)
         return 0;
-    const unsigned char *t = d + len - UC_TOPIC_STAMP_SIZE;
-    for (int i = 0; i < UC_MARK_MAGIC_SIZE; i++)
-        if (t[16 + i] != (unsigned char)UC_TOPIC_STAMP_MAGIC[i])
-            return 0;
+    const unsigned char *t = (const unsigned char *)topic + len - UC_TOPIC_STAMP_SIZE;
+    if (memcmp(t + 16, UC_TOPIC_STAMP_MAGIC, UC_MARK_MAGIC_SIZE) != 0)
+        return 0;
     m->stamped = 1;
-    m->stream = uc_wire_get_be(t, 8);
-    m->seq = uc_wire_get_be(t + 8, 8);
+    m->stream = uc_wire_get_be64(t);
+    m->seq = uc_wire_get_be64(t + 8);
     m->count = 1;
     return 1;
 }

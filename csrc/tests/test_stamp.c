@@ -19,6 +19,13 @@ static int test_one_stream_per_topic(void)
     CHECK(x && y && x != y && x->stream != y->stream);
     CHECK(x->stream && y->stream);
     CHECK(uc_stamps_get(&a, "x", 1) == x);
+    /* The entry keeps the topic frame of a single message: the topic and
+     * its stamp, the stream written, the seq set before each send. */
+    uc_mark m;
+    uc_topic_stamp_set_seq((unsigned char *)x->topic + 1, 9);
+    CHECK(memcmp(x->topic, "x", 1) == 0);
+    CHECK(uc_topic_stamp_unpack(x->topic, 1 + UC_TOPIC_STAMP_SIZE, &m));
+    CHECK(m.stream == x->stream && m.seq == 9 && m.count == 1);
     CHECK_EQ(uc_stamps_stream_of(&a, "x", 1), x->stream);
     /* Another publisher instance: other streams for the same topics. */
     CHECK(uc_stamps_stream_of(&b, "x", 1) != x->stream);
