@@ -7,6 +7,7 @@
     python bench_upcalls.py --contention    # the long one, only when asked
     python bench_upcalls.py --shared        # many subscriptions on one shared socket
     python bench_upcalls.py --proxy         # upcall proxy against C zmq_proxy
+    python bench_upcalls.py --stamping      # stamp=True against unstamped and the C floors
     python bench_upcalls.py --cluster       # five netns hosts with link faults (root)
     python bench_upcalls.py --quick --json out.json --plot out.png   # under a minute
 
@@ -33,11 +34,12 @@ import sys
 import time
 
 from bench import (bus, cluster, codec, contention, large, measure, proxy, report, shared,
-                   upcalls)
+                   stamping, upcalls)
 from bench.progress import fmt_duration
 
 SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus,
-            "large": large, "shared": shared, "proxy": proxy, "cluster": cluster}
+            "large": large, "shared": shared, "proxy": proxy, "stamping": stamping,
+            "cluster": cluster}
 DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
 #: The default profile's total wait for an idle machine, over all runs (s).
 IDLE_BUDGET = 60.0

@@ -12,7 +12,10 @@ into build/py/bench/:
 * ``floor_proxy``: libzmq's ``zmq_proxy`` between an XSUB and an XPUB (the
   ``c-zmq_proxy`` row of the proxy section);
 * ``proxy_ends``: the C publisher and subscriber on either side of a
-  forwarder (the proxy rows).
+  forwarder (the proxy rows);
+* ``floor_stamp``: a C PUSH and PULL in one process over tcp, messages
+  plain, with a stamp frame, or with the stamp in the topic (the stamping
+  rows' floors).
 
 The runners are in :mod:`bench.harness`.
 """
@@ -25,7 +28,7 @@ BUILD_DIR = os.path.join("build", "py")
 
 #: The C programs of the floors (bench/NAME.c; bench/meson.build builds them).
 C_PROGRAMS = ("floor_pull", "floor_pingpong", "floor_push", "count_pull", "floor_proxy",
-              "proxy_ends")
+              "proxy_ends", "floor_stamp")
 
 _PROGRAMS: dict[str, tuple[str | None, str]] = {}   # name -> (path or None, why not)
 

@@ -38,6 +38,19 @@ static int send_retry(void *sock, const void *buf, size_t len, int flags)
     return rc;
 }
 
+/* Send a message's topic frame: the topic as given, or, for a stamped
+ * single message (`stamp` not NULL), the topic followed by its stamp
+ * (wire.h, "the topic's stamp"), which the stream's entry keeps ready: only
+ * its seq changes. */
+static inline int send_topic(void *sock, const void *topic, size_t len, uc_stamp_entry *stamp,
+                             int flags)
+{
+    if (__builtin_expect(!stamp, 1))
+        return send_retry(sock, topic, len, flags);
+    uc_topic_stamp_set_seq((unsigned char *)stamp->topic + stamp->len, stamp->next);
+    return send_retry(sock, stamp->topic, stamp->len + UC_TOPIC_STAMP_SIZE, flags);
+}
+
 static inline void count_add(_Atomic uint64_t *c, uint64_t n)
 {
     /* One writer at a time (the mutex): no read-modify-write needed. */
@@ -81,17 +94,20 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
 {
     unsigned char mark[UC_MARK_STAMPED_SIZE];
     size_t mark_len = 0, msgs = count ? count : 1;
-    uc_stamp_entry *e = NULL;
+    uc_stamp_entry *e = NULL, *topic_stamp = NULL;
     if (__builtin_expect(p->stamp, 0)) {
         if (!(e = uc_stamps_get(&p->stamps, topic, topic_len))) {
             errno = ENOMEM;
             return UC_ERR_ZMQ;
         }
-        mark_len = uc_mark_pack(mark, 1, e->stream, e->next, (uint32_t)msgs);
+        if (n_frames || count)
+            mark_len = uc_mark_pack(mark, 1, e->stream, e->next, (uint32_t)msgs);
+        else
+            topic_stamp = e;      /* no marker needed: the stamp rides in the topic */
     } else if (n_frames || count) {
         mark_len = uc_mark_pack(mark, 0, 0, 0, 0);
     }
-    if (send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+    if (send_topic(p->sock, topic, topic_len, topic_stamp, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         if (errno != EAGAIN)
             return UC_ERR_ZMQ;
         /* A send may skip the socket's commands (libzmq throttles that to
@@ -102,7 +118,8 @@ UC_SEND_PATH int try_send_locked(uc_pub *p, const void *topic, size_t topic_len,
         size_t events_len = sizeof events;
         if (zmq_getsockopt(p->sock, ZMQ_EVENTS, &events, &events_len) != 0
             || !(events & ZMQ_POLLOUT)
-            || send_retry(p->sock, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            || send_topic(p->sock, topic, topic_len, topic_stamp,
+                          ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
             if (errno != EAGAIN)
                 return UC_ERR_ZMQ;
             if (p->drop_at_mark)

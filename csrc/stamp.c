@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "bus.h"
+#include "wire.h"
 
 /* FNV-1a over the bytes, then a multiply: topics are short, and a table of
  * a few thousand needs no better. */
@@ -110,14 +111,16 @@ uc_stamp_entry *uc_stamps_get(uc_stamps *t, const void *topic, size_t len)
         t->generation++;
         t->restarts++;
     }
-    e = malloc(sizeof *e + len);
+    e = malloc(sizeof *e + len + UC_TOPIC_STAMP_SIZE);
     if (!e)
         return NULL;
     e->stream = uc_stamps_stream_of(t, topic, len);
     e->next = 0;
     e->sent = 0;
     e->len = len;
-    memcpy(e->topic, topic, len);
+    if (len)
+        memcpy(e->topic, topic, len);
+    uc_topic_stamp_pack((unsigned char *)e->topic + len, e->stream, 0);
     if (t->n >= t->cap)
         grow(t);
     size_t k = h & (t->cap - 1);

@@ -23,7 +23,10 @@ typedef struct uc_stamp_entry {
     uint64_t next;        /* the number the next message gets */
     uint64_t sent;        /* messages numbered (sent or dropped at the mark) */
     struct uc_stamp_entry *chain;
-    size_t len;
+    size_t len;           /* the topic's; its stamp follows it */
+    /* The topic, then its stamp (wire.h, "the topic's stamp": the stream
+     * written once, the seq before each send): the topic frame of a single
+     * message, sent as it is. */
     char topic[];
 } uc_stamp_entry;
 

@@ -262,8 +262,16 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         uc_mark mark;
         int marked = __builtin_expect(kept >= 3, 0) && kept == total
                      && uc_mark_unpack(v[kept - 1].data, v[kept - 1].size, &mark);
-        if (marked && mark.stamped)
+        /* A single stamped message's stamp ends its topic (wire.h, "the
+         * topic's stamp"): counted, and cut off the topic everyone after
+         * this sees (routing, targets). */
+        uc_mark topic_stamp;
+        if (kept >= 2 && uc_topic_stamp_unpack(v[0].data, v[0].size, &topic_stamp)) {
+            v[0].size -= UC_TOPIC_STAMP_SIZE;
+            uc_streams_note(z->streams, topic_stamp.stream, topic_stamp.seq, 1);
+        } else if (marked && mark.stamped) {
             uc_streams_note(z->streams, mark.stream, mark.seq, mark.count);
+        }
         size_t body = kept - (size_t)marked;
         if (kept == 1) {
             m->topic.data = "";

@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -257,6 +258,83 @@ static inline int uc_mark_unpack(const void *data, size_t len, uc_mark *m)
         m->stream = m->seq = 0;
         m->count = 0;
     }
+    return 1;
+}
+
+/* ------------------------------------------------- the topic's stamp */
+
+/* A stamped message that needs no marker for anything else (one message:
+ * no out-of-band frames, not a coalesced batch) carries its stamp at the
+ * end of its topic frame instead of in a marker frame: libzmq's cost of one
+ * more frame per message (a send and a receive, ZMTP encoding and
+ * decoding, a pipe write and read on each side) is most of what a stamp
+ * would cost.  The payload frame is untouched, so a plain reader unpacks
+ * it as ever; SUB prefix filtering still matches the topic it starts with.
+ *
+ *     <topic> <u64 stream> <u64 seq> c1 75 63 73 ("\xc1ucs")
+ *
+ * The message's count is 1.  The trailer is 20 bytes, so a topic of up to
+ * 13 bytes still fits libzmq's inline ("very small") message of 33 bytes.
+ * A topic frame that ends with the magic and is at least the trailer's
+ * size is read as stamped and delivered without its trailer; c1 is never
+ * UTF-8, so a text topic never ends so.  A later layout takes another
+ * magic. */
+#define UC_TOPIC_STAMP_SIZE 20
+#define UC_TOPIC_STAMP_MAGIC "\xc1ucs"
+
+/* The trailer's fields as 8-byte big-endian words: one byte swap and one
+ * store or load each (per message, on both sides). */
+static inline void uc_wire_put_be64(unsigned char *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+    memcpy(p, &v, 8);
+#else
+    uc_wire_put_be(p, v, 8);
+#endif
+}
+
+static inline uint64_t uc_wire_get_be64(const unsigned char *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+#else
+    return uc_wire_get_be(p, 8);
+#endif
+}
+
+/* Write the trailer at out (UC_TOPIC_STAMP_SIZE bytes of room). */
+static inline void uc_topic_stamp_pack(unsigned char *out, uint64_t stream, uint64_t seq)
+{
+    uc_wire_put_be64(out, stream);
+    uc_wire_put_be64(out + 8, seq);
+    memcpy(out + 16, UC_TOPIC_STAMP_MAGIC, UC_MARK_MAGIC_SIZE);
+}
+
+/* Renumber a trailer already written (the publisher keeps one per topic
+ * and changes only its seq). */
+static inline void uc_topic_stamp_set_seq(unsigned char *trailer, uint64_t seq)
+{
+    uc_wire_put_be64(trailer + 8, seq);
+}
+
+/* 1 when the topic frame topic[0:len] ends with a stamp (its stream and
+ * seq read into *m, count 1), else 0.  The topic itself is the first
+ * len - UC_TOPIC_STAMP_SIZE bytes.  One size compare and one 4-byte
+ * compare for a topic without. */
+static inline int uc_topic_stamp_unpack(const void *topic, size_t len, uc_mark *m)
+{
+    if (len < UC_TOPIC_STAMP_SIZE)
+        return 0;
+    const unsigned char *t = (const unsigned char *)topic + len - UC_TOPIC_STAMP_SIZE;
+    if (memcmp(t + 16, UC_TOPIC_STAMP_MAGIC, UC_MARK_MAGIC_SIZE) != 0)
+        return 0;
+    m->stamped = 1;
+    m->stream = uc_wire_get_be64(t);
+    m->seq = uc_wire_get_be64(t + 8);
+    m->count = 1;
     return 1;
 }
 

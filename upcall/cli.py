@@ -194,6 +194,10 @@ def _proxy(opts: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     status = EXIT_OK
     proxy = None
+    # A signal is a clean stop wherever it lands once the proxy runs: while
+    # the line below is written too (a script that reads it may signal at
+    # once), so the bus closes on the way out of its block and the counts
+    # are said.
     try:
         with upcall.Bus() as bus:
             try:
@@ -204,12 +208,11 @@ def _proxy(opts: argparse.Namespace) -> int:
             # ports of tcp://...:* binds, and the sign that it runs.
             print(f"{PROG} proxy: frontend {proxy.frontend}, backend {proxy.backend}",
                   file=sys.stderr, flush=True)
-            try:
-                bus.wait()
-            except KeyboardInterrupt:
-                status = EXIT_INTERRUPTED
-            except _Terminated:
-                status = EXIT_OK
+            bus.wait()
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    except _Terminated:
+        status = EXIT_OK
     finally:
         signal.signal(signal.SIGTERM, previous)
     if proxy is not None:

@@ -18,7 +18,7 @@ HARNESS = {"harness", "endpoints", "measure", "report", "progress", "peer", "flo
            "coalescing", "plot"}
 #: The sections (one per bench_upcalls.py flag) and their parts.
 SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "shared",
-            "proxy", "cluster"}
+            "proxy", "stamping", "cluster"}
 #: A section's parts: imported by that section only.
 PARTS = {"bus": {"publish"}, "large": {"compression"}}
 #: Programs run on their own (callgrind, profiling), importing the harness or a section.

@@ -147,9 +147,16 @@ def test_streams_per_subscription_are_bounded(zctx, endpoints):
         push.close()
 
 
+def topic_stamp(stream, seq):
+    """A single message's stamp at the end of its topic, as docs/wire.md
+    spells it."""
+    return struct.pack(">QQ", stream, seq) + b"\xc1ucs"
+
+
 def test_plain_reader_of_a_stamped_stream(zctx, endpoints):
-    """What a pyzmq + msgpack reader sees (docs/wire.md): [topic, payload,
-    marker]; the payload is plain msgpack, the marker says stream and seq."""
+    """What a pyzmq + msgpack reader sees (docs/wire.md): a single message
+    is [topic + stamp, payload], no frame more than unstamped; a coalesced
+    batch [topic, payload, marker]; every payload plain msgpack."""
     pull = zctx.socket(zmq.PULL)
     pull.rcvtimeo = int(DEADLINE * 1000)
     ep = endpoints("tcp")
@@ -159,12 +166,74 @@ def test_plain_reader_of_a_stamped_stream(zctx, endpoints):
                             bind=False, stamp=True)
         pub.send(b"t", {"px": 1.5})
         pub.send(b"t", {"px": 2.5})
-        frames = [pull.recv_multipart() for _ in range(2)]
+        pub.send_many(b"t", [3, 4])
+        frames = [pull.recv_multipart() for _ in range(3)]
         sid = pub.stream_of(b"t")
-    for i, (topic, payload, marker) in enumerate(frames):
-        assert topic == b"t" and msgpack.unpackb(payload) == {"px": 1.5 + i}
-        magic, version, flags, _, stream, seq, count = struct.unpack(">4sBBHQQI", marker)
-        assert (magic, version, flags, stream, seq, count) == (b"\xc1ucw", 1, 1, sid, i, 1)
+    for i, (topic, payload) in enumerate(frames[:2]):
+        assert msgpack.unpackb(payload) == {"px": 1.5 + i}
+        assert topic[:1] == b"t" and topic[1:] == topic_stamp(sid, i)
+        assert topic.startswith(b"t")            # SUB prefix filtering still matches
+    topic, payload, marker = frames[2]
+    assert topic == b"t"
+    magic, version, flags, _, stream, seq, count = struct.unpack(">4sBBHQQI", marker)
+    assert (magic, version, flags, stream, seq, count) == (b"\xc1ucw", 1, 1, sid, 2, 2)
+
+
+def test_a_stamp_in_the_topic_is_counted_and_cut_off(zctx, endpoints):
+    """A foreign sender's stamp at the end of the topic: counted per stream
+    (a gap where numbers are missing) and gone from the topic targets,
+    routing and SUB filtering see, on threads and with asyncio."""
+    got = Collector()
+    with upcall.Bus() as bus:
+        sub = _pull(bus, endpoints, got, with_topic=True)
+        push = _push(zctx, sub)
+        push.send_multipart([b"a.x" + topic_stamp(3, 0), msgpack.packb(0)])
+        push.send_multipart([b"a.x" + topic_stamp(3, 4), msgpack.packb(1)])
+        push.send_multipart([topic_stamp(5, 0), msgpack.packb(2)])     # the empty topic
+        got.wait(3)
+        assert got.items == [(b"a.x", 0), (b"a.x", 1), (b"", 2)]
+        assert sub.streams() == {3: {"received": 2, "lost": 3, "gaps": 1, "next_seq": 5},
+                                 5: {"received": 1, "lost": 0, "gaps": 0, "next_seq": 1}}
+        assert (sub.stats["unstamped"], sub.stats["lost"]) == (0, 3)
+        push.close()
+
+    async def main():
+        with upcall.Bus() as bus:
+            async with bus.subscribe_async(endpoints("tcp"), kind="pull", bind=True,
+                                           with_topic=True) as asub:
+                push = _push(zctx, asub)
+                push.send_multipart([b"b" + topic_stamp(7, 0), msgpack.packb("x")])
+                async for item in asub:
+                    push.close()
+                    return item, asub.streams()
+
+    item, streams = asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    assert item == (b"b", "x")
+    assert streams == {7: {"received": 1, "lost": 0, "gaps": 0, "next_seq": 1}}
+
+
+def test_stamped_topics_route_and_filter_as_unstamped(endpoints):
+    """A publisher's stamped single messages reach exactly the subscriptions
+    whose prefixes match the topic (SUB filtering, routing, a prefix as long
+    as the topic itself), with the topic as sent."""
+    with upcall.Bus() as bus:
+        ep = endpoints("tcp")
+        pub = bus.publisher(ep, bind=True, stamp=True)
+        whole, part, other = Collector(), Collector(), Collector()
+        subs = [bus.subscribe(ep, c, topics=[prefix], with_topic=True)
+                for c, prefix in ((whole, b"trades.AAPL"), (part, b"trades."),
+                                  (other, b"quotes."))]
+        pub.wait_subscriptions(3, timeout=DEADLINE)
+        for i in range(20):
+            pub.send(b"trades.AAPL", i)
+        pub.send(b"quotes.X", "q")
+        whole.wait(20)
+        part.wait(20)
+        other.wait(1)
+        assert whole.items == part.items == [(b"trades.AAPL", i) for i in range(20)]
+        assert other.items == [(b"quotes.X", "q")]
+        sid = pub.stream_of(b"trades.AAPL")
+        assert subs[0].streams()[sid] == {"received": 20, "lost": 0, "gaps": 0, "next_seq": 20}
 
 
 def test_gap_events_with_asyncio(zctx, endpoints):

@@ -94,3 +94,23 @@ def test_proxy_command_curve_certificates(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_proxy_command_stops_cleanly_on_a_signal_right_after_it_starts(tmp_path, sig, status):
+    """The signal sent the moment the command says where it listens (a
+    script's first chance): still a clean stop with its counts, every time
+    (the announcement once ran outside the part that turns a signal into
+    a clean stop, so a signal during it escaped as a traceback)."""
+    for _ in range(20):
+        proc = start_proxy(tmp_path, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        try:
+            endpoints_of(proc)
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == status, err
+            assert (out, err.strip()) == ("", "upcall proxy: stopped; forwarded 0 messages "
+                                              "(0 bytes), 0 subscription messages")
+        finally:
+            proc.kill()
+            proc.wait()
