@@ -186,7 +186,7 @@ include "_threads.pxi"
 include "_errlog.pxi"
 include "_events.pxi"
 include "_subscription.pxi"
-include "_route.pxi"
+include "_shared.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
 include "_sockopts.pxi"
@@ -422,7 +422,7 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _pubs             # ... and publishers, which reference the bus
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
     cdef object _proxies          # WeakSet: its open proxies (_proxy.pxi)
-    cdef dict _routers            # shared sockets (_route.pxi): key -> _Router
+    cdef dict _shared_sockets     # shared sockets (_shared.pxi): key -> _SharedSocket
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
@@ -449,7 +449,7 @@ A zmq context and every subscription and publisher opened on it.
         self._pubs = weakref.WeakSet()
         self._async_subs = weakref.WeakSet()
         self._proxies = weakref.WeakSet()
-        self._routers = {}
+        self._shared_sockets = {}
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
             _check_rc(err, "Bus()")
@@ -677,28 +677,28 @@ A zmq context and every subscription and publisher opened on it.
             raise ValueError("with_sender=True delivers target(msg, sender): it needs a "
                              "callable target (not a Handler)")
         zap = _auth_domain(self, opts, curve)
-        cdef _RoutedSource routed = None
+        cdef _SharedSource shared_src = None
         if (source is None and gil_mode == GIL_ADOPT and opts.shared and kind == "sub"
                 and not opts.bind and delivery == "thread" and opts.thread_factory is None
                 # What a shared socket cannot give one subscription alone: its
                 # own peers' identities, its own admission rules, its own events.
                 and not opts.with_sender and opts.allow is None and not opts.authenticate
                 and opts.on_event is None):
-            routed = self._router_source(ep_list, opts, mms, curve, sockopts)
-            source = routed
-            if routed is not None and opts.decoder is None and not opts.raw:
-                # The built-in decoder, shared by the router's subscriptions
+            shared_src = self._shared_source(ep_list, opts, mms, curve, sockopts)
+            source = shared_src
+            if shared_src is not None and opts.decoder is None and not opts.raw:
+                # The built-in decoder, shared by the shared socket's subscriptions
                 # (they decode on its one thread): one key cache (25 KB), hot
                 # for all of them, instead of a cold one each.
-                payload_decoder = routed.router.shared_decoder(payload_decoder, opts.extensions)
+                payload_decoder = shared_src.sock.shared_decoder(payload_decoder, opts.extensions)
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
         sub.endpoint = ep_list[0]
-        # A routed one: its router's tuple, and no source object kept (it
-        # is only the open's; _routed says what it is): less memory each.
-        sub.endpoints = routed.router.endpoints if routed is not None else tuple(ep_list)
-        sub._source = source if routed is None else None
+        # A shared one: its shared socket's tuple, and no source object kept (it
+        # is only the open's; _shared says what it is): less memory each.
+        sub.endpoints = shared_src.sock.endpoints if shared_src is not None else tuple(ep_list)
+        sub._source = source if shared_src is None else None
         sub._target = target
         sub._inbox = inbox
         sub._on_error = opts.on_error
@@ -713,7 +713,7 @@ A zmq context and every subscription and publisher opened on it.
         sub._topics = tuple(topic_list)
         sub._max_topics = max_topics
         sub._pull = kind == "pull"
-        sub._routed = routed is not None
+        sub._shared = shared_src is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
         sub._st.adopted = 0
@@ -735,8 +735,8 @@ A zmq context and every subscription and publisher opened on it.
             o.curve.zap_domain = <const char *>(<_ZapDomain>zap).name
         o.deliver = _deliver
         o.ctx = &sub._st
-        if routed is not None:
-            sub._events = routed.router.events
+        if shared_src is not None:
+            sub._events = shared_src.sock.events
         else:
             sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
         o.on_event = _on_conn_event
@@ -764,15 +764,15 @@ A zmq context and every subscription and publisher opened on it.
                 frames[i].size = len(<bytes>t)
             o.topics = frames
             o.n_topics = len(topic_list)
-        if routed is not None:
-            # Delivered on the router's thread, which adopts its thread
+        if shared_src is not None:
+            # Delivered on the shared socket's thread, which adopts its thread
             # state once for all its subscriptions.
-            o.on_exit = _routed_exit
+            o.on_exit = _shared_sub_exit
             if target_kind != TARGET_NATIVE:
-                o.deliver = <uc_deliver_fn><void *>_routed_deliver   # the hand-out holds the GIL
+                o.deliver = <uc_deliver_fn><void *>_shared_sub_deliver   # the hand-out holds the GIL
             sub._st.adopted = 1
-            sub._run_name = sub._thread_name = routed.router.thread_name
-            Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit
+            sub._run_name = sub._thread_name = shared_src.sock.thread_name
+            Py_INCREF(sub)             # the loop's reference, dropped by _shared_sub_exit
         elif not sub._caller:
             o.on_exit = _loop_exit
             sub._run_name = _next_thread_name()
@@ -814,38 +814,38 @@ A zmq context and every subscription and publisher opened on it.
         try:
             self._subs.add(sub)
             _auth_register(zap, sub)
-            if routed is None and sub._events is not None:
+            if shared_src is None and sub._events is not None:
                 # Named as bound (a tcp port * or 0 resolved), as its logs say it.
                 sub._events.label = f"subscription {', '.join(sub.last_endpoints)}"
             if sub._factory is not None:
                 _watch_loop_start(sub)
-            if routed is not None and routed.ticket:
+            if shared_src is not None and shared_src.ticket:
                 # As a socket of its own subscribes at open: the shared socket
                 # has the prefixes when subscribe() returns.
-                sub._topic_ticket = routed.ticket
-                _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+                sub._topic_ticket = shared_src.ticket
+                _in_signal_slices(sub, _topics_step, &shared_src.ticket, -1)
         finally:
-            if routed is not None:
+            if shared_src is not None:
                 # Its target may run from now on: not before the caller has
-                # the subscription (the router held what reached it so far).
-                uc_route_member_ready(sub._c)
+                # the subscription (the shared socket held what reached it so far).
+                uc_shared_sub_ready(sub._c)
         return sub
 
-    cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,
+    cdef _SharedSource _shared_source(self, list ep_list, object opts, int64_t mms,
                                       object curve, object sockopts):
-        """The source joining the bus's router for these endpoints and socket
+        """The source joining the bus's shared socket for these endpoints and socket
         options, opened now if there is none (or the last one has closed);
         None when it cannot be opened."""
         key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, opts.max_streams, repr(curve),
                tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
-        cdef _Router router = self._routers.get(key)
-        if router is None or router.closed:
-            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts, self._factory)
-            if router is None:
+        cdef _SharedSocket sock = self._shared_sockets.get(key)
+        if sock is None or sock.closed:
+            sock = _open_shared_socket(self._c, ep_list, opts, mms, curve, sockopts, self._factory)
+            if sock is None:
                 return None
-            self._routers[key] = router
-        cdef _RoutedSource src = _RoutedSource.__new__(_RoutedSource)
-        src.router = router
+            self._shared_sockets[key] = sock
+        cdef _SharedSource src = _SharedSource.__new__(_SharedSource)
+        src.sock = sock
         return src
 
     @cython.binding(True)               # a signature of its own, from the option rows
@@ -1098,9 +1098,9 @@ A zmq context and every subscription and publisher opened on it.
         if self._auth is not None:
             # Its socket holds the context: the handler goes with the sockets.
             (<Authenticator>self._auth)._stop()
-        for router in list(self._routers.values()):
-            uc_route_close((<_Router>router)._r)    # none left but after a failed join
-        self._routers.clear()
+        for sock in list(self._shared_sockets.values()):
+            uc_shared_close((<_SharedSocket>sock)._sh)    # none left but after a failed join
+        self._shared_sockets.clear()
         if errors:
             # The stuck loops end the context when they let go of it.
             with nogil:

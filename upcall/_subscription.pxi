@@ -93,10 +93,10 @@ cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "close")
-    if sub._routed:
-        # Ended on this thread (a routed subscription has no loop of its
+    if sub._shared:
+        # Ended on this thread (a subscription on a shared socket has no loop of its
         # own): its end hook and the loop's reference go here, once.
-        uc_route_member_exit(sub._c)
+        uc_shared_sub_exit(sub._c)
     return 1
 
 
@@ -104,15 +104,15 @@ cdef int _wait_step(object owner, int slice_ms, void *arg) except -1:
     cdef Subscription sub = <Subscription>owner
     cdef int rc
     with nogil:
-        if sub._routed:
-            rc = uc_route_member_wait(sub._c, slice_ms)
+        if sub._shared:
+            rc = uc_shared_sub_wait(sub._c, slice_ms)
         else:
             rc = uc_sub_wait(sub._c, slice_ms)
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "wait")
-    if sub._routed:
-        uc_route_member_exit(sub._c)     # its end hook, if the router has not run it
+    if sub._shared:
+        uc_shared_sub_exit(sub._c)     # its end hook, if the shared socket has not run it
     return 1
 
 
@@ -176,12 +176,12 @@ cdef class Subscription:
     cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topic_set
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
-    cdef bint _routed             # shares a socket (_route.pxi): its source is a router
+    cdef bint _shared             # shares a socket (_shared.pxi): its source is a shared socket
     cdef _Source _source          # None: a zmq socket
     cdef int _fork_generation
     cdef long _pid
     # Errors logged without on_error, rate-limited: made at the first error
-    # (None until then: two objects fewer for each of thousands of routed
+    # (None until then: two objects fewer for each of thousands of shared
     # subscriptions that never fail).
     cdef _ErrorLog _decode_log
     cdef _ErrorLog _target_log
@@ -257,7 +257,7 @@ cdef class Subscription:
         zmq_received: zmq messages, each holding one message or, coalesced,
         many (received counts those).  Loss of stamped messages (docs/wire.md,
         "Stamps"): lost, gaps, streams, unstamped, reordered, duplicates,
-        streams_forgotten (a routed subscription's are its socket's).
+        streams_forgotten (a shared socket's subscription has its socket's).
         Connection events (upcall.EVENT_STATS, docs/events.md): connected,
         connect_retried, accepted, disconnected, handshakes,
         handshake_failed_protocol, handshake_failed_auth,
@@ -301,7 +301,7 @@ cdef class Subscription:
         """What arrived of each stamped stream tracked now (docs/wire.md,
         "Stamps"): ``{stream_id: {"received": n, "lost": n, "gaps": n,
         "next_seq": n}}``, oldest first; at most ``max_streams`` of them.  A
-        routed subscription reads its socket's (every topic it carries)."""
+        subscription on a shared socket reads its socket's (every topic it carries)."""
         self._check_process()
         return _streams_dict(self._c)
 
@@ -344,7 +344,7 @@ cdef class Subscription:
         """Every endpoint as bound or connected, in the order of ``endpoints``."""
         cdef const char *ep
         cdef Py_ssize_t i
-        if self._source is not None and not self._routed:
+        if self._source is not None and not self._shared:
             return (self.last_endpoint,)
         resolved = []
         for i in range(len(self.endpoints)):
@@ -393,7 +393,7 @@ cdef class Subscription:
         cdef uint64_t ticket = 0
         cdef int rc
         t = _topic_bytes(topic)
-        if self._pull or (self._source is not None and not self._routed):
+        if self._pull or (self._source is not None and not self._shared):
             raise ValueError(f"{what}() is for kind='sub' subscriptions; a pull socket has no "
                              "topics: it receives every message")
         if self.closed:

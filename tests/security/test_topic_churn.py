@@ -27,7 +27,7 @@ def _free_tcp_endpoint():
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["routed", "own-socket"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-socket"])
 def test_churn_while_publisher_down_is_bounded_and_cancels(shared):
     ep = _free_tcp_endpoint()          # nothing listens there yet
     got = []

@@ -1,98 +1,98 @@
-# Routed subscriptions: many subscribe() calls on one socket (csrc/route.h).
+# Shared sockets: many subscribe() calls on one socket (csrc/sub_shared.h).
 #
-# bus.subscribe() joins a router, one per (endpoints, socket options), when
+# bus.subscribe() joins a shared socket, one per (endpoints, socket options), when
 # the subscription is a kind="sub" connect delivered on a thread (no
-# thread_factory of its own: the router's thread is the bus's, made by the
+# thread_factory of its own: the shared socket's thread is the bus's, made by the
 # bus's factory if it has one) and shared=True
 # (the default): one SUB socket, one connection, one receive loop and one
 # thread for any number of per-topic targets, as NATS, zenoh and LBM users
 # expect of a subscription (an entry in a table, not a socket).  The loop
-# routes each batch in C, without the GIL, and enters Python once per
+# hands out each batch in C, without the GIL, and enters Python once per
 # batch for all the subscriptions it reaches.  Each subscription keeps its own target, decoder,
 # batch, on_error, stats, close() and end hook; what it shares is the socket
 # and the thread (a slow target delays the other subscriptions of its
-# router, as one thread delivering them must).  A subscription that asks for
+# shared socket, as one thread delivering them must).  A subscription that asks for
 # a thread of its own (thread_factory=, a bus factory), delivery="caller",
 # bind=True, kind="pull" or shared=False keeps a socket of its own.
 
-cdef extern from "route.h" nogil:
-    ctypedef struct uc_route:
+cdef extern from "sub_shared.h" nogil:
+    ctypedef struct uc_shared:
         pass
-    uc_route *uc_route_new(int *err)
-    int uc_route_open(uc_route *r, uc_bus *bus, const uc_sub_opts *o)
-    int uc_route_deliver(uc_route *r, const uc_msg *batch, size_t n, size_t *consumed)
-    size_t uc_route_group(uc_route *r, const uc_msg *batch, size_t n)
-    int uc_route_hand_out(uc_route *r)
-    void uc_route_carrier_ended(uc_route *r)
-    uc_sub *uc_route_join(uc_route *r, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
+    uc_shared *uc_shared_new(int *err)
+    int uc_shared_open(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o)
+    int uc_shared_deliver(uc_shared *sh, const uc_msg *batch, size_t n, size_t *consumed)
+    size_t uc_shared_group(uc_shared *sh, const uc_msg *batch, size_t n)
+    int uc_shared_hand_out(uc_shared *sh)
+    void uc_shared_reader_ended(uc_shared *sh)
+    uc_sub *uc_shared_join(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket,
                           int *err)
-    void uc_route_member_ready(uc_sub *member)
-    void uc_route_member_exit(uc_sub *member)
-    int uc_route_member_wait(uc_sub *member, int timeout_ms)
-    size_t uc_route_members(uc_route *r)
-    int uc_route_closed(uc_route *r)
-    void uc_route_close(uc_route *r)
-    uc_sub *uc_route_carrier(uc_route *r)
-    void uc_route_release(uc_route *r)
+    void uc_shared_sub_ready(uc_sub *s)
+    void uc_shared_sub_exit(uc_sub *s)
+    int uc_shared_sub_wait(uc_sub *s, int timeout_ms)
+    size_t uc_shared_subs(uc_shared *sh)
+    int uc_shared_closed(uc_shared *sh)
+    void uc_shared_close(uc_shared *sh)
+    uc_sub *uc_shared_reader(uc_shared *sh)
+    void uc_shared_release(uc_shared *sh)
 
 
-cdef struct route_state:
-    uc_route *r
+cdef struct reader_state:
+    uc_shared *sh
     int adopted               # this thread holds a GILState registration for the loop
     PyGILState_STATE gstate
     char native_name[16]
 
 
-cdef int _route_deliver(void *ctx, const uc_msg *batch, size_t n,
+cdef int _reader_deliver(void *ctx, const uc_msg *batch, size_t n,
                         size_t *consumed) noexcept nogil:
-    cdef route_state *rs = <route_state *>ctx
+    cdef reader_state *rd = <reader_state *>ctx
     if _python_gone():
         consumed[0] = n
         return UC_DELIVER_STOP
-    if not rs.adopted:
-        # Once per loop, for every subscription of the router: their
+    if not rd.adopted:
+        # Once per loop, for every subscription of the shared socket: their
         # trampolines then take the GIL with this thread's own state.
-        rs.gstate = PyGILState_Ensure()
-        if rs.native_name[0]:     # a thread of the core's (a factory's keeps its name)
-            _name_python_thread(rs.native_name)
+        rd.gstate = PyGILState_Ensure()
+        if rd.native_name[0]:     # a thread of the core's (a factory's keeps its name)
+            _name_python_thread(rd.native_name)
         PyEval_SaveThread()
-        rs.adopted = 1
+        rd.adopted = 1
     consumed[0] = n
-    if uc_route_group(rs.r, batch, n) == 0:     # without the GIL
-        return uc_route_hand_out(rs.r)
+    if uc_shared_group(rd.sh, batch, n) == 0:     # without the GIL
+        return uc_shared_hand_out(rd.sh)
     # One GIL crossing for the whole batch, whatever the number of
     # subscriptions it reaches: each one's trampoline finds the GIL held.
     with gil:
-        return uc_route_hand_out(rs.r)
+        return uc_shared_hand_out(rd.sh)
 
 
-cdef int _routed_deliver(void *ctx, const uc_msg *batch, size_t n,
+cdef int _shared_sub_deliver(void *ctx, const uc_msg *batch, size_t n,
                          size_t *consumed) noexcept:
-    # A routed subscription's part of a batch (a Python callable or a
-    # Handler): called only from its router's hand-out, which holds the GIL
-    # for every subscription the batch reaches (_route_deliver), so it is a
+    # The part of a batch for one subscription of a shared socket (a Python callable or a
+    # Handler): called only from its shared socket's hand-out, which holds the GIL
+    # for every subscription the batch reaches (_reader_deliver), so it is a
     # plain C call here, with no GIL crossing of its own.
     cdef loop_state *st = <loop_state *>ctx
     return _deliver_each(<Subscription>st.owner, batch, n, NULL, consumed)
 
 
-cdef void _route_exit(void *ctx) noexcept nogil:
-    # The carrier's loop has ended: its subscriptions end here (their
-    # _routed_exit runs on this thread), then the adopted thread state goes.
-    cdef route_state *rs = <route_state *>ctx
-    cdef uc_route *r = rs.r
-    cdef int adopted = rs.adopted
-    cdef PyGILState_STATE gstate = rs.gstate
-    free(rs)
-    uc_route_carrier_ended(r)     # drops the loop's reference to the router
+cdef void _reader_exit(void *ctx) noexcept nogil:
+    # The reader's loop has ended: its subscriptions end here (their
+    # _shared_sub_exit runs on this thread), then the adopted thread state goes.
+    cdef reader_state *rd = <reader_state *>ctx
+    cdef uc_shared *sh = rd.sh
+    cdef int adopted = rd.adopted
+    cdef PyGILState_STATE gstate = rd.gstate
+    free(rd)
+    uc_shared_reader_ended(sh)     # drops the loop's reference to the shared socket
     if adopted and not _python_gone():
         PyEval_RestoreThread(PyGILState_GetThisThreadState())
         _forget_python_thread()
         PyGILState_Release(gstate)
 
 
-cdef void _routed_exit(void *ctx) noexcept nogil:
-    # A routed subscription has ended (on the router's thread, or on the
+cdef void _shared_sub_exit(void *ctx) noexcept nogil:
+    # A subscription on a shared socket has ended (on the shared socket's thread, or on the
     # thread that closed it): its end hook, then the loop's reference.
     cdef loop_state *st = <loop_state *>ctx
     cdef PyObject *owner
@@ -108,23 +108,23 @@ cdef void _routed_exit(void *ctx) noexcept nogil:
 
 
 @cython.final
-cdef class _Router:
-    """One shared SUB socket and its loop (csrc/route.h); the bus keeps one
+cdef class _SharedSocket:
+    """One shared SUB socket and its loop (csrc/sub_shared.h); the bus keeps one
     per key until its last subscription leaves."""
-    cdef uc_route *_r
+    cdef uc_shared *_sh
     cdef readonly str thread_name
     cdef object _factory          # the bus's thread factory (None: the core's own thread)
     cdef object _start_error      # what the factory raised, for the subscribe() that opened it
     cdef int _fork_generation
     cdef Decoder _decoder         # the built-in decoder its subscriptions share
     # Its subscriptions' connection events: the shared socket's, none of
-    # their own (no on_event: bus.subscribe() routes none with one), so one
+    # their own (no on_event: bus.subscribe() shares no socket with one), so one
     # sink for all of them rather than one each.
     cdef _EventSink events
     cdef tuple endpoints          # its subscriptions' `endpoints`, one tuple for all
 
     cdef Decoder shared_decoder(self, Decoder fresh, bint extensions):
-        # extensions is part of the router's key: one kind of decoder each.
+        # extensions is part of the shared socket's key: one kind of decoder each.
         if self._decoder is None:
             self._decoder = fresh
         return self._decoder
@@ -134,40 +134,40 @@ cdef class _Router:
 
     def __dealloc__(self):
         # In a forked child the C state is the parent's: left alone.
-        if self._r != NULL and not _inherited(self._fork_generation):
-            uc_route_release(self._r)
-        self._r = NULL
+        if self._sh != NULL and not _inherited(self._fork_generation):
+            uc_shared_release(self._sh)
+        self._sh = NULL
 
     @property
-    def members(self):
-        return uc_route_members(self._r) if self._r != NULL else 0
+    def subs(self):
+        return uc_shared_subs(self._sh) if self._sh != NULL else 0
 
     @property
     def closed(self):
-        return self._r == NULL or uc_route_closed(self._r) != 0
+        return self._sh == NULL or uc_shared_closed(self._sh) != 0
 
     @property
     def stats(self):
         """The shared socket's counters (received: messages taken from it)."""
         cdef uc_stats s
-        uc_sub_stats(uc_route_carrier(self._r), &s)
+        uc_sub_stats(uc_shared_reader(self._sh), &s)
         return {"received": s.received, "batches": s.batches, "dropped": s.dropped,
                 "zmq_received": s.zmq_received}
 
 
 @cython.final
-cdef class _RoutedSource(_Source):
-    """subscribe()'s source for a routed subscription: a member of ``router``."""
-    cdef _Router router
+cdef class _SharedSource(_Source):
+    """subscribe()'s source for a subscription joining the shared socket ``sock``."""
+    cdef _SharedSocket sock
     cdef uint64_t ticket
 
     cdef uc_sub *open(self, uc_bus *bus, const uc_sub_opts *o, int *err) noexcept:
-        return uc_route_join(self.router._r, bus, o, &self.ticket, err)
+        return uc_shared_join(self.sock._sh, bus, o, &self.ticket, err)
 
 
-cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
+cdef _SharedSocket _open_shared_socket(uc_bus *bus, list ep_list, object opts, int64_t mms,
                           object curve, object sockopts, object factory):
-    """A new router with its carrier open on ``ep_list`` (connect, kind sub),
+    """A new shared socket with its reader open on ``ep_list`` (connect, kind sub),
     its thread made by ``factory`` (the bus's: None or native_threads for the
     core's own); None if it cannot be opened (the subscription then opens a
     socket of its own, which reports the error as any subscribe() does).
@@ -176,29 +176,29 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     cdef int err = 0
     cdef int rc
     cdef Py_ssize_t i
-    cdef route_state *rs
+    cdef reader_state *rd
     cdef const char **ep_ptrs = NULL
     cdef uc_sockopt *opt_array = NULL
     cdef size_t failed = <size_t>-1
-    cdef _Router router = _Router.__new__(_Router)
-    router._r = uc_route_new(&err)
-    if router._r == NULL:
+    cdef _SharedSocket sock = _SharedSocket.__new__(_SharedSocket)
+    sock._sh = uc_shared_new(&err)
+    if sock._sh == NULL:
         _check_rc(err, "subscribe()")
     ep_bytes = [(<str>e).encode("utf-8") for e in ep_list]
     name = _next_thread_name()
-    router.thread_name = name
-    router.endpoints = tuple(ep_list)
-    router.events = _EventSink(f"subscription {', '.join(ep_list)}", None)
-    rs = <route_state *>malloc(sizeof(route_state))
-    if rs == NULL:
+    sock.thread_name = name
+    sock.endpoints = tuple(ep_list)
+    sock.events = _EventSink(f"subscription {', '.join(ep_list)}", None)
+    rd = <reader_state *>malloc(sizeof(reader_state))
+    if rd == NULL:
         raise MemoryError()
-    memset(rs, 0, sizeof(route_state))
-    rs.r = router._r
+    memset(rd, 0, sizeof(reader_state))
+    rd.sh = sock._sh
     native = factory is None or factory is native_threads
     if native:
         name_b = name.encode()
-        strncpy(rs.native_name, <const char *>name_b, 15)
-        rs.native_name[15] = 0
+        strncpy(rd.native_name, <const char *>name_b, 15)
+        rd.native_name[15] = 0
     memset(&o, 0, sizeof(o))
     o.kind = UC_SUB
     o.failed_endpoint = &failed
@@ -208,16 +208,16 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     o.plain_ext = 0 if opts.extensions else 1
     o.max_streams = opts.max_streams
     _fill_curve(&o.curve, curve)
-    o.deliver = _route_deliver
-    o.on_exit = _route_exit
-    o.ctx = rs
+    o.deliver = _reader_deliver
+    o.on_exit = _reader_exit
+    o.ctx = rd
     if native:
         o.start = _start_native
-        o.start_ctx = <void *>rs.native_name
+        o.start_ctx = <void *>rd.native_name
     else:
-        router._factory = factory
+        sock._factory = factory
         o.start = _start_python
-        o.start_ctx = <void *>router
+        o.start_ctx = <void *>sock
         _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
     opt_array = _sockopt_array(sockopts)
     o.sockopts = opt_array
@@ -225,19 +225,19 @@ cdef _Router _open_router(uc_bus *bus, list ep_list, object opts, int64_t mms,
     ep_ptrs = <const char **>malloc(len(ep_bytes) * sizeof(const char *))
     if ep_ptrs == NULL:
         free(opt_array)
-        free(rs)
+        free(rd)
         raise MemoryError()
     for i, e in enumerate(ep_bytes):
         ep_ptrs[i] = <const char *>(<bytes>e)
     o.endpoints = ep_ptrs
     o.n_endpoints = len(ep_bytes)
-    rc = uc_route_open(router._r, bus, &o)
+    rc = uc_shared_open(sock._sh, bus, &o)
     free(ep_ptrs)
     free(opt_array)
     if rc != UC_OK:
-        free(rs)                 # the loop never ran: on_exit is not owed
-        if router._start_error is not None:
-            error, router._start_error = router._start_error, None
+        free(rd)                 # the loop never ran: on_exit is not owed
+        if sock._start_error is not None:
+            error, sock._start_error = sock._start_error, None
             raise error
         return None
-    return router
+    return sock

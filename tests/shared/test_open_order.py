@@ -1,7 +1,7 @@
-"""A routed subscription's target never runs before bus.subscribe() has
+"""A target of a subscription on a shared socket never runs before bus.subscribe() has
 returned it: a target may use the handle its caller was given
 (``sub = bus.subscribe(ep, lambda m: sub.close(), ...)``), even when messages
-for its prefix flood the shared socket while it opens (the router holds what
+for its prefix flood the shared socket while it opens (the shared socket holds what
 reached it until then)."""
 import threading
 
