@@ -9,6 +9,7 @@ difference by the difference in N, so start-up and teardown cancel out.
         python bench/hotpath.py {zmq-map|synth-map} {asyncio|asyncio-batches} N
         python bench/hotpath.py shared:S func N
         python bench/hotpath.py {tcp-map|tcp-map-stamped|tcp-coalesced|tcp-coalesced-stamped} func N
+        python bench/hotpath.py {sub-map|sub-map-own} func N
 
 tcp-map: the zmq-map flood over tcp on 127.0.0.1; -stamped: the publisher
 made with stamp=True (a marker frame per message, checked by the
@@ -21,6 +22,11 @@ no-op target; the bus's publisher floods N uncoalesced messages round-robin
 over the S topics, queued whole before the first is delivered (the first
 target waits for the flood), so batches are full and at S = 10,000 each
 subscription gets about 0.1 message of a batch.  The sender is counted too.
+
+sub-map: one subscription (SUB, topics=[b"t"]) on the bus's publisher's
+inproc endpoint, flooded as zmq-map is: the default, a
+shared socket with this one subscription; sub-map-own: the same with
+shared=False, a socket of its own.  The sender is counted too.
 
 typed: decoder=msgspec.msgpack.Decoder(Small).decode (the map as a Struct)
 and a no-op target; typed-raw: raw=True and a target calling that decoder;
@@ -166,6 +172,22 @@ def _tcp(bus, case, target, kw, n):
     assert not stamped or sub.stats["lost"] == 0, sub.stats
 
 
+def _single_sub(bus, case, target, kw, n):
+    """sub-map, sub-map-own (module docstring)."""
+    ep = "inproc://hotpath-sub"
+    pub = bus.publisher(ep, sndhwm=0, bind=True)
+    sub = bus.subscribe(ep, target, topics=[b"t"], rcvhwm=0, batch=1024,
+                        shared=case == "sub-map", **kw)
+    pub.wait_subscriptions(1, timeout=600)
+    payload = small_payload()
+    send = pub.send_packed
+    for _ in range(n):
+        send(b"t", payload)
+    while sub.stats["delivered"] < n:
+        time.sleep(0.001)
+    assert sub.stats["delivered"] == n, sub.stats
+
+
 def main(case, kind, n):
     if case.startswith("shared:"):
         with upcall.Bus(max_sockets=64) as bus:
@@ -176,6 +198,9 @@ def main(case, kind, n):
         with upcall.Bus() as bus:
             return _consume_async(bus, case, kind, n)
     target, kw = _target(kind)
+    if case in ("sub-map", "sub-map-own"):
+        with upcall.Bus() as bus:
+            return _single_sub(bus, case, target, kw, n)
     if case.startswith("tcp-"):
         with upcall.Bus() as bus:
             return _tcp(bus, case, target, kw, n)

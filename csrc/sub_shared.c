@@ -102,6 +102,7 @@ struct uc_shared {
     /* The table: open addressing, linear probing, at most half full. */
     prefix_slot *slots;
     size_t cap_slots, n_entries;
+    prefix_entry *only;       /* n_entries == 1: that entry (else NULL) */
     /* Entries per prefix length (lengths[k]: prefixes of k bytes), up to the
      * longest: a topic is looked up at the lengths some prefix has. */
     size_t *lengths;
@@ -115,6 +116,7 @@ struct uc_shared {
     uint64_t epoch;
     shared_sub **touched;
     size_t n_touched, cap_touched;
+    const uc_msg *whole;      /* the batch, handed whole to touched[0] (else out) */
     pair *pairs;
     size_t n_pairs, cap_pairs;
     uc_msg *out;
@@ -211,6 +213,9 @@ static void table_delete(uc_shared *sh, const prefix_entry *e)
     sh->slots[i].e = NULL;
     sh->slots[i].hash = 0;
     sh->n_entries--;
+    sh->only = NULL;
+    for (size_t k = 0; sh->n_entries == 1 && !sh->only; k++)
+        sh->only = sh->slots[k].e;
 }
 
 static void entry_free(prefix_entry *e)
@@ -257,6 +262,7 @@ static int table_add(uc_shared *sh, const void *data, size_t size, shared_sub *m
             memcpy(e->data, data, size);
         table_put(sh->slots, sh->cap_slots, e);
         sh->n_entries++;
+        sh->only = sh->n_entries == 1 ? e : NULL;
         sh->lengths[size]++;
     }
     if (e->n_subs == e->cap_subs) {
@@ -817,13 +823,49 @@ static void wait_ready_locked(uc_shared *sh)
     }
 }
 
+/* Under sh->mu: 1 if the socket has one prefix, held by one subscription,
+ * and every topic of the batch begins with it (what libzmq's own filter
+ * lets through, bar a change of topics in flight): that subscription is
+ * then touched[0] and gets the batch whole, as a socket of its own would,
+ * without hashing, probing or copying a record per message. */
+static int hand_whole_locked(uc_shared *sh, const uc_msg *batch, size_t n)
+{
+    const prefix_entry *e = sh->only;
+    if (!e || e->n_subs != 1 || grow((void **)&sh->touched, &sh->cap_touched, 1, sizeof *sh->touched))
+        return 0;
+    const size_t size = e->size;
+    for (size_t i = 0; i < n; i++) {
+        const uc_frame *t = &batch[i].topic;
+        if (t->size < size)
+            return 0;
+        for (size_t k = 0; k < size; k++)
+            if (t->data[k] != e->data[k])
+                return 0;
+    }
+    shared_sub *m = e->subs[0].m;
+    m->mark = sh->epoch;
+    m->count = n;
+    sh->touched[0] = m;
+    sh->n_touched = 1;
+    sh->whole = batch;
+    return 1;
+}
+
 size_t uc_shared_group(uc_shared *sh, const uc_msg *batch, size_t n)
 {
     pthread_mutex_lock(&sh->mu);
     sh->epoch++;
     sh->n_touched = 0;
     sh->n_pairs = 0;
+    sh->whole = NULL;
     uint64_t lost = 0;
+    if (n && hand_whole_locked(sh, batch, n)) {
+        uc_sub_retain(&sh->touched[0]->sub);
+        if (sh->n_unready)
+            wait_ready_locked(sh);
+        pthread_mutex_unlock(&sh->mu);
+        return 1;
+    }
     const size_t *lengths = sh->lengths;
     for (size_t i = 0; i < n && sh->n_entries; i++) {
         /* The topic's hash grows a byte at a time; looked up at each length
@@ -881,7 +923,7 @@ int uc_shared_hand_out(uc_shared *sh)
     for (size_t k = 0; k < sh->n_touched; k++) {
         shared_sub *m = sh->touched[k];
         if (m->count) {
-            m->part = &sh->out[m->offset];
+            m->part = sh->whole ? sh->whole : &sh->out[m->offset];
             m->part_n = m->count;
             size_t got = 0;
             /* No lock of the subscription's (uc_sub_poll_shared).  UC_ERR_CLOSED:
@@ -895,6 +937,7 @@ int uc_shared_hand_out(uc_shared *sh)
     for (size_t k = 0; k < sh->n_touched; k++)
         uc_sub_unref(&sh->touched[k]->sub);
     sh->n_touched = 0;
+    sh->whole = NULL;
     shared_current = prev;
     pthread_mutex_lock(&sh->mu);
     int closed = sh->closed;

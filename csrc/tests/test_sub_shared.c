@@ -340,11 +340,68 @@ static int test_close_while_polled(void)
     return 0;
 }
 
+/* Hand g's shared socket a batch of its own making (as the reader would,
+ * from this thread: the reader is idle, nothing is sent), messages with
+ * these topics and payload "p". */
+static int hand(rig *g, const char *const *topics, size_t n)
+{
+    uc_msg b[8];
+    memset(b, 0, sizeof b);
+    for (size_t i = 0; i < n; i++) {
+        b[i].topic = (uc_frame){topics[i], strlen(topics[i])};
+        b[i].payload = (uc_frame){"p", 1};
+        b[i].n_frames = 2;
+    }
+    size_t consumed = 0;
+    CHECK_EQ(uc_shared_deliver(g->sh, b, n, &consumed), UC_DELIVER_MORE);
+    CHECK_EQ(consumed, n);
+    return 0;
+}
+
+/* One subscription holding one prefix gets a batch whole (no grouping), yet
+ * only what its prefix matches: a batch with a topic it does not hold (a
+ * change of topics in flight) is grouped as ever, and so is the lone prefix
+ * left after another subscription's went. */
+static int test_lone_prefix_exact(void)
+{
+    rig g;
+    CHECK_EQ(rig_open(&g), 0);
+    coll a, b;
+    coll_init(&a, 64);
+    coll_init(&b, 64);
+    const char *pa[] = {"a"}, *pb[] = {"b"};
+    uc_sub *ma = join(&g, &a, pa, 1, 1);
+    CHECK(ma);
+    const char *all_a[] = {"ab", "a", "ac"};
+    CHECK_EQ(hand(&g, all_a, 3), 0);
+    CHECK(coll_wait(&a, 3));
+    CHECK(rec_is(&a.recs[0], "ab", "p") && rec_is(&a.recs[1], "a", "p") && rec_is(&a.recs[2], "ac", "p"));
+    const char *mixed[] = {"ax", "b", "", "ay"};
+    CHECK_EQ(hand(&g, mixed, 4), 0);
+    CHECK(coll_wait(&a, 5));
+    CHECK(rec_is(&a.recs[3], "ax", "p") && rec_is(&a.recs[4], "ay", "p"));
+    uc_sub *mb = join(&g, &b, pb, 1, 1);
+    CHECK(mb);
+    CHECK_EQ(leave(mb), 0);              /* "a" is the lone prefix again */
+    const char *after[] = {"bz", "az"};
+    CHECK_EQ(hand(&g, after, 2), 0);
+    CHECK(coll_wait(&a, 6));
+    CHECK(rec_is(&a.recs[5], "az", "p"));
+    CHECK_EQ(coll_count(&a), 6);
+    CHECK_EQ(coll_count(&b), 0);
+    CHECK_EQ(leave(ma), 0);
+    rig_close(&g);
+    coll_fini(&a);
+    coll_fini(&b);
+    return 0;
+}
+
 static const test_case tests[] = {
     TEST(overlap_once_and_ready),
     TEST(prefixes_removed_in_any_order),
     TEST(churn_racing_dispatch),
     TEST(close_while_polled),
+    TEST(lone_prefix_exact),
 };
 
 int main(void)
