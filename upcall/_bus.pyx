@@ -851,8 +851,10 @@ A zmq context and every subscription and publisher opened on it.
         finally:
             # Its target may run from now on: not before the caller has the
             # subscription (the shared socket, or the held loop, kept what
-            # reached it so far).
+            # reached it so far; the first batch lets the calling statement
+            # take the handle).
             if shared_src is not None:
+                _note_opener(sub)
                 uc_shared_sub_ready(sub._c)
             elif o.start_held:
                 _note_opener(sub)

@@ -6,8 +6,9 @@ for its prefix flood the endpoint while it opens (the shared socket, or the
 subscription's own loop, holds what reached it until then, and the own
 socket's first batch lets the statement that called subscribe() take the
 handle first).
-A switch interval of a microsecond makes an own socket's delivery thread
-take the GIL at the first chance it gets."""
+A switch interval of a microsecond makes the delivery thread (the shared
+socket's, or the subscription's own) take the GIL at the first chance it
+gets."""
 import sys
 import threading
 
@@ -56,12 +57,11 @@ CASES = [
 
 
 @pytest.fixture
-def switch_interval(request):
-    """A microsecond for a subscription on a socket of its own (its delivery
-    thread then takes the GIL at the first chance it gets)."""
+def switch_interval():
+    """A microsecond: the delivery thread takes the GIL at the first chance
+    it gets."""
     before = sys.getswitchinterval()
-    if not request.node.callspec.params["shared"]:
-        sys.setswitchinterval(1e-6)
+    sys.setswitchinterval(1e-6)
     yield
     sys.setswitchinterval(before)
 
