@@ -439,7 +439,8 @@ void uc_sub_stats(const uc_sub *sub, uc_stats *out);
 
 /* Loss accounting of stamped messages (streams.h), any thread: the counts
  * (all 0 for a source without a socket), and up to cap streams, oldest
- * first (returns how many).  A subscription on a shared socket reads its socket's. */
+ * first (returns how many).  A shared socket's subscription reads its
+ * socket's. */
 void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out);
 size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap);
 void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);

@@ -69,16 +69,17 @@ typedef struct uc_sub_ops {
     /* uc_sub_prefix_copies (bus.h): a SUB socket.  NULL: all 0. */
     void (*prefix_copies)(uc_sub *s, uc_prefix_copies *out);
 
-    /* 1: the subscription has no eventfd (efd -1): a source that never
-     * waits on its own (a subscription on a shared socket, sub_shared.c, is handed its
-     * batches by its shared socket's loop), so that it costs no descriptor. */
+    /* 1: the subscription has no eventfd (efd -1): a source that never waits
+     * on its own (a subscription on a shared socket, sub_shared.c, is handed
+     * its batches by its shared socket's loop), so that it costs no
+     * descriptor. */
     int no_wake_fd;
 } uc_sub_ops;
 
 struct uc_sub {
-    /* The first cache line holds what a shared socket's hand-out reads and writes
-     * for each subscription a batch reaches (uc_sub_poll_shared, its run,
-     * its deliver), the counters the second: at thousands of shared
+    /* The first cache line holds what a shared socket's hand-out reads and
+     * writes for each subscription a batch reaches (uc_sub_poll_shared, its
+     * run, its deliver), the counters the second: at thousands of shared
      * subscriptions each is cold, and a line saved is a miss saved. */
     const uc_sub_ops *ops;
     /* Fixed at open. */
@@ -90,9 +91,9 @@ struct uc_sub {
     atomic_int stop;      /* stop requested: the loop ends at its next check */
     atomic_int finished;  /* the loop has ended for good (set under mu) */
     atomic_int refs;      /* owner + running loop/poll */
-    /* caller mode: a uc_sub_poll runs (set under mu), or a shared socket's hand-out
-     * (uc_sub_poll_shared, set without it: an atomic, seq_cst against stop,
-     * and polling_waiters tells it whom to wake). */
+    /* caller mode: a uc_sub_poll runs (set under mu), or a shared socket's
+     * hand-out (uc_sub_poll_shared, set without it: an atomic, seq_cst
+     * against stop, and polling_waiters tells it whom to wake). */
     atomic_int polling;
     atomic_int polling_waiters; /* closers waiting under mu for polling to clear */
     int efd;           /* wakes a waiting loop: the only thread-safe way in (fixed) */
@@ -112,8 +113,9 @@ struct uc_sub {
     int pending;          /* on the list */
 
     /* The endpoint as resolved, in the source's own memory (set by its open;
-     * "" until then): not an array here, which a subscription on a shared socket, whose
-     * endpoint is its shared socket's, would carry for nothing. */
+     * "" until then): not an array here, which a subscription on a shared
+     * socket, whose endpoint is its shared socket's, would carry for nothing.
+     */
     const char *last_endpoint;
 };
 
@@ -150,19 +152,19 @@ int uc_sub_source_is_ours(const uc_sub *s);
 void uc_sub_retain(uc_sub *s);
 void uc_sub_unref(uc_sub *s);
 
-/* For a shared socket's hand-out (sub_shared.c), on its one thread: uc_sub_poll_some
- * for a caller-mode subscription that only that thread polls, without its
- * lock: polling is set and cleared as seq_cst atomics against stop, so
- * that a close from another thread either is seen before the run (nothing
- * is handed over) or waits for it (waking through polling_waiters), as with
- * the lock.  The caller holds a reference.  UC_ERR_CLOSED: stopped or
- * finished, nothing run. */
+/* For a shared socket's hand-out (sub_shared.c), on its one thread:
+ * uc_sub_poll_some for a caller-mode subscription that only that thread
+ * polls, without its lock: polling is set and cleared as seq_cst atomics
+ * against stop, so that a close from another thread either is seen before the
+ * run (nothing is handed over) or waits for it (waking through
+ * polling_waiters), as with the lock.  The caller holds a reference.
+ * UC_ERR_CLOSED: stopped or finished, nothing run. */
 int uc_sub_poll_shared(uc_sub *s, size_t *delivered);
 
-/* On the loop's own thread, inside deliver: make the topic changes queued
- * so far (uc_sub_subscribe from other threads) now rather than before the
- * next batch.  For a deliver that waits for another thread, which may be
- * waiting for those changes (a shared socket holding a batch for a subscription whose
+/* On the loop's own thread, inside deliver: make the topic changes queued so
+ * far (uc_sub_subscribe from other threads) now rather than before the next
+ * batch.  For a deliver that waits for another thread, which may be waiting
+ * for those changes (a shared socket holding a batch for a subscription whose
  * subscribe() has not returned, sub_shared.c). */
 void uc_sub_take_topics(uc_sub *s);
 

@@ -1,23 +1,22 @@
-/* Shared sockets: the prefix table and the reader's dispatch
- * (sub_shared.h).
+/* Shared sockets: the prefix table and the reader's dispatch (sub_shared.h).
  *
  * The table is a hash table of the prefixes (open addressing), each entry
- * holding its bytes and the subscriptions whose prefix it is.  Matching a topic
- * hashes it a byte at a time and looks it up at each length some prefix
+ * holding its bytes and the subscriptions whose prefix it is.  Matching a
+ * topic hashes it a byte at a time and looks it up at each length some prefix
  * has, so its cost is the topic's length plus a probe per prefix length in
  * use plus the matches, whatever the number of subscriptions; a match reads a
- * slot and its entry (two cache lines), where a trie walk would read a
- * node, its keys and its children at every byte, cold for all but the first
- * levels once there are thousands of prefixes.  An entry's subscription count is the
- * number of subscriptions holding that prefix: the SUB socket is subscribed on
- * 0 -> 1 and unsubscribed on 1 -> 0.
+ * slot and its entry (two cache lines), where a trie walk would read a node,
+ * its keys and its children at every byte, cold for all but the first levels
+ * once there are thousands of prefixes.  An entry's subscription count is the
+ * number of subscriptions holding that prefix: the SUB socket is subscribed
+ * on 0 -> 1 and unsubscribed on 1 -> 0.
  *
  * Dispatch, on the reader's thread: under the table's lock each message is
- * matched, and (subscription, message) pairs appended; each subscription touched is
- * retained; then, unlocked, the pairs are grouped per subscription (a counting
- * sort, batch order kept) and each subscription is polled with its part.  The
- * scratch arrays grow to the largest batch seen and are then reused: no
- * allocation in the steady state. */
+ * matched, and (subscription, message) pairs appended; each subscription
+ * touched is retained; then, unlocked, the pairs are grouped per subscription
+ * (a counting sort, batch order kept) and each subscription is polled with
+ * its part.  The scratch arrays grow to the largest batch seen and are then
+ * reused: no allocation in the steady state. */
 #define _GNU_SOURCE
 #include "sub_shared.h"
 
@@ -35,11 +34,11 @@
 typedef struct prefix_entry prefix_entry;
 typedef struct shared_sub shared_sub;
 
-/* The link between a prefix and a subscription holding it, kept on both sides:
- * each side's record names the other and where its own twin lies there, so
- * that taking a prefix from a subscription (or a subscription from a prefix) is a
- * constant-time swap with the last record, whatever the number of prefixes
- * the subscription holds or subscriptions the prefix has. */
+/* The link between a prefix and a subscription holding it, kept on both
+ * sides: each side's record names the other and where its own twin lies
+ * there, so that taking a prefix from a subscription (or a subscription from
+ * a prefix) is a constant-time swap with the last record, whatever the number
+ * of prefixes the subscription holds or subscriptions the prefix has. */
 typedef struct holder {
     shared_sub *m;
     size_t at;                /* index of the twin in m->held */
@@ -50,10 +49,11 @@ typedef struct holding {
     size_t at;                /* index of the twin in e->subs */
 } holding;
 
-/* One prefix of the table and the subscriptions holding it.  One allocation: the
- * prefix's bytes follow it, and a prefix held by one subscription (the usual
- * case) keeps it inline, so that a match reads one line of it.  The subscription
- * side names the entry instead of keeping a copy of the bytes. */
+/* One prefix of the table and the subscriptions holding it.  One allocation:
+ * the prefix's bytes follow it, and a prefix held by one subscription (the
+ * usual case) keeps it inline, so that a match reads one line of it.  The
+ * subscription side names the entry instead of keeping a copy of the bytes.
+ */
 struct prefix_entry {
     uint64_t hash;            /* prefix_hash of the bytes */
     size_t size;
@@ -73,10 +73,10 @@ typedef struct prefix_slot {
 struct shared_sub {
     uc_sub sub;               /* first: a uc_sub * is a shared_sub * */
     /* The reader's thread, during a dispatch (first: the one line of the
-     * subscription's own that grouping and the hand-out read).  mark: the dispatch
-     * that last touched it; last_msg: the batch index it was last given in
-     * that dispatch, so that a message matching several of its prefixes
-     * (b"a" and b"ab") is its once, as on a socket of its own. */
+     * subscription's own that grouping and the hand-out read).  mark: the
+     * dispatch that last touched it; last_msg: the batch index it was last
+     * given in that dispatch, so that a message matching several of its
+     * prefixes (b"a" and b"ab") is its once, as on a socket of its own. */
     uint64_t mark;
     size_t last_msg;
     size_t slot, count, offset;
@@ -125,8 +125,9 @@ struct uc_shared {
 
 static const uc_sub_ops shared_sub_ops;
 
-/* The shared socket whose dispatch runs on this thread: a subscription's wait for a
- * topic change made from inside its target must not wait for this loop. */
+/* The shared socket whose dispatch runs on this thread: a subscription's wait
+ * for a topic change made from inside its target must not wait for this loop.
+ */
 static _Thread_local const uc_shared *shared_current;
 
 /* ---- the table --------------------------------------------------------- */
@@ -481,8 +482,9 @@ static void shared_sub_set_ready_locked(shared_sub *m)
     pthread_cond_broadcast(&m->sh->cv);
 }
 
-/* Under sh->mu: take m out of the table (every prefix); the last subscription out
- * closes the shared socket: 1 when the caller is to stop the reader (unlocked). */
+/* Under sh->mu: take m out of the table (every prefix); the last subscription
+ * out closes the shared socket: 1 when the caller is to stop the reader
+ * (unlocked). */
 static int shared_sub_leave_locked(shared_sub *m)
 {
     uc_shared *sh = m->sh;
@@ -624,7 +626,8 @@ static int shared_sub_hold(uc_sub *s, const uc_frame *f, struct uc_held **out)
 static struct uc_mon *shared_sub_monitor(uc_sub *s)
 {
     /* Its connection is the shared socket's: the reader's events and peers
-     * (the reader lives as long as the shared socket, which its subscriptions hold). */
+     * (the reader lives as long as the shared socket, which its subscriptions
+     * hold). */
     uc_sub *c = ((shared_sub *)s)->sh->reader;
     return c->ops->monitor ? c->ops->monitor(c) : NULL;
 }
@@ -814,8 +817,8 @@ static void wait_ready_locked(uc_shared *sh)
         uc_sub_take_topics(sh->reader);
         pthread_mutex_lock(&sh->mu);
         if (sh->last_ticket == seen) {
-            /* Woken by a ready subscription, a change, a close; a slice bounds a
-             * stop of the reader, which does not signal cv. */
+            /* Woken by a ready subscription, a change, a close; a slice
+             * bounds a stop of the reader, which does not signal cv. */
             struct timespec slice;
             uc_deadline_after(&slice, 100);
             pthread_cond_timedwait(&sh->cv, &sh->mu, &slice);
@@ -926,8 +929,9 @@ int uc_shared_hand_out(uc_shared *sh)
             m->part = sh->whole ? sh->whole : &sh->out[m->offset];
             m->part_n = m->count;
             size_t got = 0;
-            /* No lock of the subscription's (uc_sub_poll_shared).  UC_ERR_CLOSED:
-             * closed since the table was read; not its message any more. */
+            /* No lock of the subscription's (uc_sub_poll_shared).
+             * UC_ERR_CLOSED: closed since the table was read; not its message
+             * any more. */
             uc_sub_poll_shared(&m->sub, &got);
             m->part = NULL;
             m->part_n = 0;
@@ -954,8 +958,8 @@ int uc_shared_deliver(uc_shared *sh, const uc_msg *batch, size_t n, size_t *cons
 
 void uc_shared_reader_ended(uc_shared *sh)
 {
-    /* Collect the subscriptions still in the table, then end each unlocked (their
-     * finalize takes the lock). */
+    /* Collect the subscriptions still in the table, then end each unlocked
+     * (their finalize takes the lock). */
     shared_sub **all = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&sh->mu);

@@ -43,10 +43,11 @@ typedef struct uc_shared uc_shared;
 uc_shared *uc_shared_new(int *err);
 
 /* Open the reader: `o` as for uc_sub_open, kind UC_SUB, no topics (the
- * subscriptions bring them), connect; o->deliver must call uc_shared_deliver(sh)
- * and o->on_exit uc_shared_reader_ended(sh) (the caller's trampolines, which
- * may do their own per-thread work around it).  The reader's loop holds a
- * reference to the shared socket until uc_shared_reader_ended. */
+ * subscriptions bring them), connect; o->deliver must call
+ * uc_shared_deliver(sh) and o->on_exit uc_shared_reader_ended(sh) (the
+ * caller's trampolines, which may do their own per-thread work around it).
+ * The reader's loop holds a reference to the shared socket until
+ * uc_shared_reader_ended. */
 int uc_shared_open(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o);
 
 /* The reader's deliver: hand the batch out; takes it all.  The same as
@@ -72,12 +73,12 @@ void uc_shared_reader_ended(uc_shared *sh);
  * prefixes in topics/n_topics; the socket's options are the reader's and
  * start is ignored: it is delivered on the reader's thread).  *ticket: the
  * reader's topic change to wait for (uc_sub_wait_topics on the subscription)
- * before the publisher can know of its prefixes, 0 if none.  NULL with
- * *err set: UC_ERR_CLOSED when the shared socket takes no subscription any more.
- * The subscription is in the table at once (what matches it from now on is its),
- * but nothing is handed to it until uc_shared_sub_ready: a batch that
- * reaches it waits on the reader's thread (the reader's topic changes
- * still made), so the caller must call that, whatever happens, on every
+ * before the publisher can know of its prefixes, 0 if none.  NULL with *err
+ * set: UC_ERR_CLOSED when the shared socket takes no subscription any more.
+ * The subscription is in the table at once (what matches it from now on is
+ * its), but nothing is handed to it until uc_shared_sub_ready: a batch that
+ * reaches it waits on the reader's thread (the reader's topic changes still
+ * made), so the caller must call that, whatever happens, on every
  * subscription it joined (or close it). */
 uc_sub *uc_shared_join(uc_shared *sh, uc_bus *bus, const uc_sub_opts *o, uint64_t *ticket, int *err);
 
@@ -99,8 +100,8 @@ int uc_shared_is_sub(const uc_sub *s);
 size_t uc_shared_subs(uc_shared *sh);
 int uc_shared_closed(uc_shared *sh);
 
-/* Take no subscription any more and stop the reader (the subscriptions in the table
- * end with it).  Any thread; does not wait. */
+/* Take no subscription any more and stop the reader (the subscriptions in the
+ * table end with it).  Any thread; does not wait. */
 void uc_shared_close(uc_shared *sh);
 
 /* The reader (for its endpoint and stats), or NULL before uc_shared_open. */

@@ -1,19 +1,19 @@
 # Shared sockets: many subscribe() calls on one socket (csrc/sub_shared.h).
 #
-# bus.subscribe() joins a shared socket, one per (endpoints, socket options), when
-# the subscription is a kind="sub" connect delivered on a thread (no
-# thread_factory of its own: the shared socket's thread is the bus's, made by the
-# bus's factory if it has one) and shared=True
-# (the default): one SUB socket, one connection, one receive loop and one
-# thread for any number of per-topic targets, as NATS, zenoh and LBM users
-# expect of a subscription (an entry in a table, not a socket).  The loop
-# hands out each batch in C, without the GIL, and enters Python once per
-# batch for all the subscriptions it reaches.  Each subscription keeps its own target, decoder,
-# batch, on_error, stats, close() and end hook; what it shares is the socket
-# and the thread (a slow target delays the other subscriptions of its
-# shared socket, as one thread delivering them must).  A subscription that asks for
-# a thread of its own (thread_factory=, a bus factory), delivery="caller",
-# bind=True, kind="pull" or shared=False keeps a socket of its own.
+# bus.subscribe() joins a shared socket, one per (endpoints, socket options),
+# when the subscription is a kind="sub" connect delivered on a thread (no
+# thread_factory of its own: the shared socket's thread is the bus's, made by
+# the bus's factory if it has one) and shared=True (the default): one SUB
+# socket, one connection, one receive loop and one thread for any number of
+# per-topic targets, as NATS, zenoh and LBM users expect of a subscription (an
+# entry in a table, not a socket).  The loop hands out each batch in C,
+# without the GIL, and enters Python once per batch for all the subscriptions
+# it reaches.  Each subscription keeps its own target, decoder, batch,
+# on_error, stats, close() and end hook; what it shares is the socket and the
+# thread (a slow target delays the other subscriptions of its shared socket,
+# as one thread delivering them must).  A subscription that asks for a thread
+# of its own (thread_factory=, a bus factory), delivery="caller", bind=True,
+# kind="pull" or shared=False keeps a socket of its own.
 
 cdef struct reader_state:
     uc_shared *sh
@@ -42,10 +42,11 @@ cdef int _reader_deliver(void *ctx, const uc_msg *batch, size_t n,
 
 cdef int _shared_sub_deliver(void *ctx, const uc_msg *batch, size_t n,
                          size_t *consumed) noexcept:
-    # The part of a batch for one subscription of a shared socket (a Python callable or a
-    # Handler): called only from its shared socket's hand-out, which holds the GIL
-    # for every subscription the batch reaches (_reader_deliver), so it is a
-    # plain C call here, with no GIL crossing of its own.
+    # The part of a batch for one subscription of a shared socket (a Python
+    # callable or a Handler): called only from its shared socket's hand-out,
+    # which holds the GIL for every subscription the batch reaches
+    # (_reader_deliver), so it is a plain C call here, with no GIL crossing of
+    # its own.
     cdef loop_state *st = <loop_state *>ctx
     return _deliver_each(<Subscription>st.owner, batch, n, NULL, consumed)
 
@@ -63,8 +64,9 @@ cdef void _reader_exit(void *ctx) noexcept nogil:
 
 
 cdef void _shared_sub_exit(void *ctx) noexcept nogil:
-    # A subscription on a shared socket has ended (on the shared socket's thread, or on the
-    # thread that closed it): its end hook, then the loop's reference.
+    # A subscription on a shared socket has ended (on the shared socket's
+    # thread, or on the thread that closed it): its end hook, then the loop's
+    # reference.
     cdef loop_state *st = <loop_state *>ctx
     cdef PyObject *owner
     if _python_gone():
@@ -95,7 +97,8 @@ cdef class _SharedSocket:
     cdef tuple endpoints          # its subscriptions' `endpoints`, one tuple for all
 
     cdef Decoder shared_decoder(self, Decoder fresh, bint extensions):
-        # extensions is part of the shared socket's key: one kind of decoder each.
+        # extensions is part of the shared socket's key: one kind of decoder
+        # each.
         if self._decoder is None:
             self._decoder = fresh
         return self._decoder

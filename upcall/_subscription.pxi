@@ -94,8 +94,8 @@ cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
         return 0
     _check_rc(rc, "close")
     if sub._shared:
-        # Ended on this thread (a subscription on a shared socket has no loop of its
-        # own): its end hook and the loop's reference go here, once.
+        # Ended on this thread (a shared socket's subscription has no loop of
+        # its own): its end hook and the loop's reference go here, once.
         uc_shared_sub_exit(sub._c)
     return 1
 
@@ -112,7 +112,7 @@ cdef int _wait_step(object owner, int slice_ms, void *arg) except -1:
         return 0
     _check_rc(rc, "wait")
     if sub._shared:
-        uc_shared_sub_exit(sub._c)     # its end hook, if the shared socket has not run it
+        uc_shared_sub_exit(sub._c)     # its end hook, unless the shared socket ran it
     return 1
 
 
@@ -176,7 +176,7 @@ cdef class Subscription:
     cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topic_set
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
-    cdef bint _shared             # shares a socket (_shared.pxi): its source is a shared socket
+    cdef bint _shared             # on a shared socket (_shared.pxi), its source
     cdef _Source _source          # None: a zmq socket
     cdef born_in _born            # where it was made (the fork check)
     # Errors logged without on_error, rate-limited: made at the first error
@@ -315,7 +315,8 @@ cdef class Subscription:
         """What arrived of each stamped stream tracked now (docs/wire.md,
         "Stamps"): ``{stream_id: {"received": n, "lost": n, "gaps": n,
         "next_seq": n}}``, oldest first; at most ``max_streams`` of them.  A
-        subscription on a shared socket reads its socket's (every topic it carries)."""
+        shared socket's subscription reads its socket's (every topic it
+        carries)."""
         self._check_process()
         return _streams_dict(self._c)
 

@@ -124,7 +124,7 @@ cdef class _Run:
 
 cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
                        void *arg) noexcept with gil:
-    # factory_ctx: the Subscription, or the _SharedSocket of a shared socket, whose
+    # factory_ctx: the Subscription, or the _SharedSocket, whose
     # loop it starts; its _factory is the Python callable.
     owner = <object>factory_ctx
     cdef _Run run = _Run.__new__(_Run, _MADE_HERE)

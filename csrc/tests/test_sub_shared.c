@@ -1,11 +1,12 @@
 /* Tests of shared sockets (sub_shared.c): many subscriptions on one SUB
- * socket read by one reader.  Overlapping prefixes delivered once per subscription; a subscription is
- * handed nothing until it is ready, and what reached it meanwhile is held,
- * not lost; prefixes added and removed in any order (the table's two-sided
- * links); joins, leaves and prefix changes from other threads racing the
- * reader's dispatch while a bystander gets every message in order; a close
- * from another thread while the reader is handing the subscription a batch (the
- * hand-out takes no lock of the subscription's).  Real sockets over tcp. */
+ * socket read by one reader.  Overlapping prefixes delivered once per
+ * subscription; a subscription is handed nothing until it is ready, and what
+ * reached it meanwhile is held, not lost; prefixes added and removed in any
+ * order (the table's two-sided links); joins, leaves and prefix changes from
+ * other threads racing the reader's dispatch while a bystander gets every
+ * message in order; a close from another thread while the reader is handing
+ * the subscription a batch (the hand-out takes no lock of the
+ * subscription's).  Real sockets over tcp. */
 #define _GNU_SOURCE
 #include "bus.h"
 #include "sub_shared.h"
