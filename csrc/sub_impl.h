@@ -76,6 +76,10 @@ typedef struct uc_sub_ops {
     int no_wake_fd;
 } uc_sub_ops;
 
+/* A cache line on this machine and every x86-64 and most arm64 ones: what
+ * uc_sub_new aligns a subscription to. */
+#define UC_CACHE_LINE 64
+
 struct uc_sub {
     /* The first cache line holds what a shared socket's hand-out reads and
      * writes for each subscription a batch reaches (uc_sub_poll_shared, its

@@ -73,11 +73,12 @@ typedef struct prefix_slot {
 struct shared_sub {
     uc_sub sub;               /* first: a uc_sub * is a shared_sub * */
     /* The reader's thread, during a dispatch (first: the one line of the
-     * subscription's own that grouping and the hand-out read).  mark: the
-     * dispatch that last touched it; last_msg: the batch index it was last
-     * given in that dispatch, so that a message matching several of its
-     * prefixes (b"a" and b"ab") is its once, as on a socket of its own. */
-    uint64_t mark;
+     * subscription's own that grouping and the hand-out read).  mark: the dispatch
+     * that last touched it; last_msg: the batch index it was last given in
+     * that dispatch, so that a message matching several of its prefixes
+     * (b"a" and b"ab") is its once, as on a socket of its own.  A line of
+     * their own (uc_sub_new aligns the struct to one). */
+    _Alignas(UC_CACHE_LINE) uint64_t mark;
     size_t last_msg;
     size_t slot, count, offset;
     const uc_msg *part;       /* what the next run hands over */

@@ -144,27 +144,32 @@ cdef class Subscription:
 
     Made by :meth:`Bus.subscribe`.  A context manager: leaving it closes.
     """
+    # What a delivery reads (_deliver_each, and a shared socket's hand-out
+    # through _st: owner, kind), first and together: with thousands of
+    # subscriptions each one is cold when its message comes, and these then
+    # lie in the object's first 104 bytes (two or three cache lines) instead
+    # of being spread over its first 260 (five).
     cdef uc_sub *_c
+    cdef object _target
+    cdef Decoder _decoder
+    cdef bytes _split_topic   # with_topic: the topic of a split message that ended a batch (_msg_topic)
+    cdef bint _with_topic
+    cdef bint _with_sender    # with_sender: target(msg, sender) / target(topic, msg, sender)
+    cdef bint _closed
     cdef loop_state _st
     cdef Bus _bus
     cdef readonly str endpoint
     cdef readonly tuple endpoints
-    cdef object _target
     cdef object _on_error
     cdef object _factory
     cdef object _start_error
     cdef object _pending          # caller mode: a BaseException to re-raise from poll
-    cdef Decoder _decoder
-    cdef bint _with_topic
-    cdef bint _with_sender    # with_sender: target(msg, sender) / target(topic, msg, sender)
-    cdef bytes _split_topic   # with_topic: the topic of a split message that ended a batch (_msg_topic)
     cdef bint _copy          # subscribe(copy=True): out-of-band values as bytes
     cdef uint64_t _max_message_size   # max_message_size, if _max_size_given (_oob_size_limit)
     cdef bint _max_size_given
     cdef uint64_t _max_batch_inflated  # max_batch_decompressed (_deliver_as_list)
     cdef _inflate_budget *_budget      # the list being decoded, while one is (_decode_oob)
     cdef bint _caller
-    cdef bint _closed
     cdef str _thread_name
     cdef str _run_name
     cdef bytes _run_name_b        # NUL-terminated name for the native thread
