@@ -383,11 +383,13 @@ cdef int _ms_left(object deadline):
     return max(0, <int>math.ceil((deadline - time.monotonic()) * 1000.0))
 
 
-# A close with a timeout cuts its publishers' linger to the time left, so the
-# linger ends at the deadline; libzmq then destroys those sockets and ends
-# the context within milliseconds.  The close waits this much beyond its
-# deadline for that, rather than report as late work that is done.
-cdef int _LINGER_END_MS = 200
+# A close with a timeout cuts its publishers' linger to end this much before
+# its deadline (when that much is left); libzmq then destroys those sockets
+# and ends the context, which takes milliseconds on an idle machine and can
+# take hundreds when both cores are busy (its I/O and reaper threads must
+# get a core).  The close also waits this much beyond its deadline for that,
+# rather than report as late work that is done.
+cdef int _LINGER_END_MS = 250
 
 # The most sockets a Bus may have (libzmq's ZMQ_SOCKET_LIMIT with epoll).
 _MAX_SOCKETS_LIMIT = 65535
@@ -1119,7 +1121,8 @@ A zmq context and every subscription and publisher opened on it.
             except TimeoutError as exc:
                 errors.append(exc)
         for pub in list(self._pubs):
-            pub._close_lingering_at_most(_ms_left(deadline))
+            left = _ms_left(deadline)
+            pub._close_lingering_at_most(left if left < 2 * _LINGER_END_MS else left - _LINGER_END_MS)
         for proxy in list(self._proxies):
             try:
                 proxy.close(None if deadline is None else _ms_left(deadline) / 1000.0)
