@@ -60,6 +60,7 @@ import atexit
 import collections
 import heapq
 import inspect
+import ipaddress
 import itertools
 import logging
 import math

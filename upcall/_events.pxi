@@ -48,8 +48,9 @@ class ConnectionEvent:
     handshake "protocol" (the peer broke the protocol: a plain peer at a
     CURVE socket, a wrong server key), "auth" (the ZAP handler refused it)
     or "no_detail"; for connect_retried "unresolved" (a tcp host name that
-    does not resolve) or "refused" (a connection was attempted and failed,
-    or an ipc path has no socket); else None; ``endpoint``: the endpoint it is
+    does not resolve, or that refused at once) or "refused" (a connection
+    was attempted and failed, to a name or an address, or an ipc path has
+    no socket); else None; ``endpoint``: the endpoint it is
     about (as bound or connected); ``value``: libzmq's number for it (the
     retry interval in ms for connect_retried, the ZMQ_PROTOCOL_ERROR_*
     code for a failed handshake, an errno for no_detail, else the fd).
@@ -279,11 +280,24 @@ cdef void _event_exception(BaseException exc, object where) noexcept:
         _write_unraisable(exc, where)
 
 
+def _tcp_host(str endpoint):
+    """The host a tcp endpoint connects to (tcp://[source;]host:port), an
+    IPv6 address without its brackets."""
+    host = endpoint[len("tcp://"):].rpartition(":")[0]
+    return host.rpartition(";")[2].strip("[]")
+
+
 cdef str _retry_cause(str endpoint, int attempted):
     """A connect_retried's cause: "unresolved" when no tcp connection could
-    be started (libzmq starts one as soon as the name resolves), else
-    "refused" (one was attempted and failed, or an ipc path has no socket)."""
-    if not attempted and endpoint.startswith("tcp://"):
+    be started to a host name (libzmq starts one as soon as the name
+    resolves), else "refused" (one was attempted and failed, or an ipc path
+    has no socket).  An address never needs resolving: on loopback the
+    kernel refuses a connect at once, without the attempt libzmq reports."""
+    if attempted or not endpoint.startswith("tcp://"):
+        return "refused"
+    try:
+        ipaddress.ip_address(_tcp_host(endpoint).partition("%")[0])   # fe80::1%eth0
+    except ValueError:
         return "unresolved"
     return "refused"
 
@@ -291,9 +305,7 @@ cdef str _retry_cause(str endpoint, int attempted):
 def _retry_text(endpoint, cause):
     """Why a connect failed, for a person: ConnectionEvent.cause in words."""
     if cause == "unresolved":
-        host = endpoint[len("tcp://"):].rpartition(":")[0]
-        host = host.rpartition(";")[2].strip("[]")    # tcp://source;host:port
-        return f"cannot resolve host {host!r}"
+        return f"cannot resolve host {_tcp_host(endpoint)!r}"
     if endpoint.startswith("ipc://"):
         return "no socket listens at that path (or it refused the connection)"
     return "connection refused (nothing listens at that port, or a firewall rejects it)"

@@ -121,6 +121,21 @@ def test_refused_connect_is_retried_and_counted():
         assert events.items[0].value > 0          # the retry interval, in ms
 
 
+def test_refused_reconnect_to_an_address_is_refused():
+    """A peer that went away: on loopback the kernel refuses the reconnects at
+    once (no connect in progress first), and a numeric host is never
+    "unresolved" (the text said "cannot resolve host '127.0.0.1'")."""
+    events = Events()
+    with upcall.Bus() as bus:
+        listener = bus.subscribe("tcp://127.0.0.1:*", lambda m: None, bind=True)
+        pub = bus.publisher(listener.last_endpoint, bind=False, on_event=events)
+        wait_for(lambda: pub.peers == 1, what=events.kinds)
+        listener.close()
+        wait_for(lambda: pub.stats["connect_retried"] >= 5, what=events.kinds)
+        retried = [k for k in events.kinds() if k[0] == "connect_retried"]
+        assert retried and all(cause == "refused" for _, cause in retried), retried
+
+
 @pytest.mark.parametrize("side", ["subscription", "publisher"])
 def test_host_that_does_not_resolve(side):
     endpoint = "tcp://nosuchhost.invalid:5556"
