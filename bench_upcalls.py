@@ -5,7 +5,7 @@
     python bench_upcalls.py --full          # the same, PERF.md's counts: about 45 minutes
     python bench_upcalls.py --codec --bus   # some sections
     python bench_upcalls.py --contention    # the long one, only when asked
-    python bench_upcalls.py --routing       # many subscriptions on one endpoint
+    python bench_upcalls.py --shared        # many subscriptions on one shared socket
     python bench_upcalls.py --proxy         # upcall proxy against C zmq_proxy
     python bench_upcalls.py --stamping      # stamp=True against unstamped and the C floors
     python bench_upcalls.py --cluster       # five netns hosts with link faults (root)
@@ -33,12 +33,12 @@ import platform
 import sys
 import time
 
-from bench import (bus, cluster, codec, contention, large, measure, proxy, report, routing,
+from bench import (bus, cluster, codec, contention, large, measure, proxy, report, shared,
                    stamping, upcalls)
 from bench.progress import fmt_duration
 
 SECTIONS = {"codec": codec, "upcalls": upcalls, "contention": contention, "bus": bus,
-            "large": large, "routing": routing, "proxy": proxy, "stamping": stamping,
+            "large": large, "shared": shared, "proxy": proxy, "stamping": stamping,
             "cluster": cluster}
 DEFAULT = ["codec", "upcalls", "bus"]   # contention and large are long: ask for them
 #: The default profile's total wait for an idle machine, over all runs (s).

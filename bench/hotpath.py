@@ -7,20 +7,26 @@ difference by the difference in N, so start-up and teardown cancel out.
     PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python bench/hotpath.py {synth-map|synth-nil|zmq-map} {func|counter|typed|typed-raw} N
         python bench/hotpath.py {zmq-map|synth-map} {asyncio|asyncio-batches} N
-        python bench/hotpath.py routed:S func N
+        python bench/hotpath.py shared:S func N
         python bench/hotpath.py {tcp-map|tcp-map-stamped|tcp-coalesced|tcp-coalesced-stamped} func N
+        python bench/hotpath.py {sub-map|sub-map-own} func N
 
 tcp-map: the zmq-map flood over tcp on 127.0.0.1; -stamped: the publisher
 made with stamp=True (a marker frame per message, checked by the
 subscriber: docs/wire.md, "Stamps"); tcp-coalesced: the flood sent with
 send_many in batches of 64 (one marker per batch when stamped).
 
-routed:S: S routed subscriptions (bus.subscribe(), one shared SUB socket,
-csrc/route.c), prefixes r00000. .. on one inproc endpoint, each with its own
+shared:S: S subscriptions on one shared SUB socket (bus.subscribe(),
+csrc/sub_shared.c), prefixes r00000. .. on one inproc endpoint, each with its own
 no-op target; the bus's publisher floods N uncoalesced messages round-robin
 over the S topics, queued whole before the first is delivered (the first
 target waits for the flood), so batches are full and at S = 10,000 each
 subscription gets about 0.1 message of a batch.  The sender is counted too.
+
+sub-map: one subscription (SUB, topics=[b"t"]) on the bus's publisher's
+inproc endpoint, flooded as zmq-map is: the default, a
+shared socket with this one subscription; sub-map-own: the same with
+shared=False, a socket of its own.  The sender is counted too.
 
 typed: decoder=msgspec.msgpack.Decoder(Small).decode (the map as a Struct)
 and a no-op target; typed-raw: raw=True and a target calling that decoder;
@@ -114,15 +120,15 @@ def _consume_async(bus, case, kind, n):
     asyncio.run(consume())
 
 
-def _routed(bus, s, n):
-    """routed:S (module docstring)."""
+def _shared(bus, s, n):
+    """shared:S (module docstring)."""
     import threading
     payload = small_payload()
     n -= n % s
     sent, ended = threading.Event(), threading.Event()
-    ep = "inproc://hotpath-route"
+    ep = "inproc://hotpath-shared"
     pub = bus.publisher(ep, sndhwm=0, bind=True)
-    # The gate holds the router's thread until the flood is queued; the end
+    # The gate holds the shared socket's thread until the flood is queued; the end
     # message comes after the flood, on the same thread (in order), so when
     # it arrives every message before it has been delivered.
     gate = bus.subscribe(ep, lambda msg: sent.wait(), topics=[b"gate"], rcvhwm=0)
@@ -166,16 +172,35 @@ def _tcp(bus, case, target, kw, n):
     assert not stamped or sub.stats["lost"] == 0, sub.stats
 
 
+def _single_sub(bus, case, target, kw, n):
+    """sub-map, sub-map-own (module docstring)."""
+    ep = "inproc://hotpath-sub"
+    pub = bus.publisher(ep, sndhwm=0, bind=True)
+    sub = bus.subscribe(ep, target, topics=[b"t"], rcvhwm=0, batch=1024,
+                        shared=case == "sub-map", **kw)
+    pub.wait_subscriptions(1, timeout=600)
+    payload = small_payload()
+    send = pub.send_packed
+    for _ in range(n):
+        send(b"t", payload)
+    while sub.stats["delivered"] < n:
+        time.sleep(0.001)
+    assert sub.stats["delivered"] == n, sub.stats
+
+
 def main(case, kind, n):
-    if case.startswith("routed:"):
+    if case.startswith("shared:"):
         with upcall.Bus(max_sockets=64) as bus:
-            return _routed(bus, int(case.split(":")[1]), n)
+            return _shared(bus, int(case.split(":")[1]), n)
     if kind in ("asyncio", "asyncio-batches"):
         if case not in ("zmq-map", "synth-map"):
             raise SystemExit(f"the {kind} kind needs the zmq-map or synth-map case")
         with upcall.Bus() as bus:
             return _consume_async(bus, case, kind, n)
     target, kw = _target(kind)
+    if case in ("sub-map", "sub-map-own"):
+        with upcall.Bus() as bus:
+            return _single_sub(bus, case, target, kw, n)
     if case.startswith("tcp-"):
         with upcall.Bus() as bus:
             return _tcp(bus, case, target, kw, n)

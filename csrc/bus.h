@@ -346,6 +346,11 @@ typedef struct uc_sub_opts {
                                      zmq message; nothing read when 0) */
     uc_event_fn on_event;         /* may be NULL: events are counted anyway */
     void *event_ctx;
+    int start_held;               /* thread mode: the loop receives and delivers
+                                     nothing until uc_sub_ready (or a close or
+                                     free), so that an opener with more to do
+                                     once uc_sub_open returned (a binding
+                                     wrapping the handle) hands it out first */
 } uc_sub_opts;
 
 typedef struct uc_sub uc_sub;
@@ -377,6 +382,30 @@ typedef enum {
 /* Open the socket, subscribe, bind/connect; in thread mode start the loop.
  * On failure returns NULL with *err set (and errno for ZMQ/SYS errors). */
 uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err);
+
+/* What the send queues of a SUB socket may hold of its prefixes
+ * (docs/security.md, "Where prefixes are copied"): libzmq keeps a copy of
+ * every prefix in the queue towards each peer until that peer reads it. */
+typedef struct uc_prefix_copies {
+    uint64_t prefixes;    /* made on the socket: subscribes less unsubscribes */
+    uint64_t bytes;       /* their bytes */
+    uint64_t copies;      /* full copies the queues may hold: one per peer
+                             connected (a peer that reads nothing keeps it),
+                             two per connecting endpoint down (the set it had
+                             plus the changes since, reset past the bound);
+                             an unmonitored socket (inproc) one per endpoint */
+    uint64_t copy_bytes;  /* an upper bound of their memory: copies x (bytes +
+                             each prefix's message, 128 bytes) */
+} uc_prefix_copies;
+
+/* Any thread; all 0 for a PULL socket.  A subscription on a shared socket
+ * reports that socket's. */
+void uc_sub_prefix_copies(uc_sub *sub, uc_prefix_copies *out);
+
+/* Thread mode, opened with start_held: let the loop run.  Any thread, once;
+ * later calls and caller mode do nothing.  A close or free of a subscription
+ * still held lets it run too (it then ends at once). */
+void uc_sub_ready(uc_sub *sub);
 
 /* Caller mode: run the loop on this thread until timeout_ms passes (< 0: no limit), deliver has taken max_messages (0: no
  * limit), deliver returns UC_DELIVER_PAUSE or STOP, or the subscription is
@@ -410,7 +439,7 @@ void uc_sub_stats(const uc_sub *sub, uc_stats *out);
 
 /* Loss accounting of stamped messages (streams.h), any thread: the counts
  * (all 0 for a source without a socket), and up to cap streams, oldest
- * first (returns how many).  A routed subscription reads its socket's. */
+ * first (returns how many).  A subscription on a shared socket reads its socket's. */
 void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out);
 size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap);
 void uc_sub_add_stat(uc_sub *sub, uc_stat_id which, uint64_t n);

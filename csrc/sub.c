@@ -9,7 +9,8 @@
  *            the pending list and the factory has been asked to run the
  *            loop, which takes it off the list and waits for open_state to
  *            leave UC_OPENING (UC_OPENED once the open function is about to
- *            return the handle, UC_OPEN_FAILED if the factory failed) before
+ *            return the handle, or with start_held once uc_sub_ready or a
+ *            close says so; UC_OPEN_FAILED if the factory failed) before
  *            it touches the source.
  *  running   one thread owns the source: the loop's thread in thread mode
  *            (once open_state is UC_OPENED), the polling thread in caller
@@ -49,6 +50,18 @@
 
 /* open_state (thread mode): what the loop's entry waits for. */
 enum { UC_OPENING = 0, UC_OPENED, UC_OPEN_FAILED };
+
+/* Thread mode, opened with uc_sub_opts.start_held: the loop waits, as while
+ * opening, until uc_sub_ready (or a close) lets it run. */
+static void let_loop_run(uc_sub *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->open_state == UC_OPENING) {
+        s->open_state = UC_OPENED;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* The subscription whose loop runs on this thread (set for the whole loop in
  * thread mode, including on_exit; for the duration of uc_sub_poll in caller
@@ -342,15 +355,19 @@ uc_sub *uc_sub_start(uc_sub *s, const uc_sub_opts *o, int *err)
             *err = UC_ERR_THREAD;
             return NULL;
         }
-        pthread_mutex_lock(&s->mu);
-        s->open_state = UC_OPENED;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
+        if (!o->start_held)
+            let_loop_run(s);
     } else {
         atomic_store_explicit(&s->refs, 1, memory_order_relaxed);
     }
     *err = UC_OK;
     return s;
+}
+
+void uc_sub_ready(uc_sub *s)
+{
+    if (s && s->thread_mode)
+        let_loop_run(s);
 }
 
 /* ---- handing batches over --------------------------------------------- */
@@ -488,6 +505,8 @@ int uc_sub_close(uc_sub *s, int timeout_ms)
     request_stop(s);
     if (uc_current == s)
         return UC_OK; /* inside deliver (or on_exit): the loop ends after it returns */
+    if (s->thread_mode)
+        let_loop_run(s); /* held at open: it starts, sees the stop and ends */
     if (end_before_start(s))
         return UC_OK;
     pthread_mutex_lock(&s->mu);
@@ -527,6 +546,8 @@ void uc_sub_free(uc_sub *s)
         return;
     /* Freeing implies stopping: nobody could stop the loop afterwards. */
     request_stop(s);
+    if (s->thread_mode)
+        let_loop_run(s); /* held at open: it starts, sees the stop and ends */
     if (uc_current != s)
         end_before_start(s); /* a loop not started yet would hold it forever */
     if (!s->thread_mode) {
@@ -548,6 +569,13 @@ int uc_sub_source_is_ours(const uc_sub *s)
 }
 
 /* ---- stats and the endpoint ------------------------------------------- */
+
+void uc_sub_prefix_copies(uc_sub *s, uc_prefix_copies *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->prefix_copies)
+        s->ops->prefix_copies(s, out);
+}
 
 void uc_sub_events(uc_sub *s, uint64_t *counts, int *peers)
 {

@@ -3,7 +3,7 @@
  * sub.c owns the life cycle (open, references, the latch, poll, close,
  * wait, free, stats); a source (sub_zmq.c: a zmq socket; others in their
  * own files) produces the batches.  A source embeds struct uc_sub as the
- * first member of its own struct, keeps its own state there, and hands
+ * first subscription of its own struct, keeps its own state there, and hands
  * sub.c an ops table: the life cycle never asks which source it runs. */
 #ifndef UPCALL_SUB_IMPL_H
 #define UPCALL_SUB_IMPL_H
@@ -66,17 +66,19 @@ typedef struct uc_sub_ops {
     /* uc_sub_stream_counts, uc_sub_streams (bus.h): a source that reads
      * upcall's marker frames (a zmq socket).  NULL: no stamps (all 0). */
     struct uc_streams *(*streams)(uc_sub *s);
+    /* uc_sub_prefix_copies (bus.h): a SUB socket.  NULL: all 0. */
+    void (*prefix_copies)(uc_sub *s, uc_prefix_copies *out);
 
     /* 1: the subscription has no eventfd (efd -1): a source that never
-     * waits on its own (a routed subscription, route.c, is handed its
-     * batches by its router's loop), so that it costs no descriptor. */
+     * waits on its own (a subscription on a shared socket, sub_shared.c, is handed its
+     * batches by its shared socket's loop), so that it costs no descriptor. */
     int no_wake_fd;
 } uc_sub_ops;
 
 struct uc_sub {
-    /* The first cache line holds what a router's hand-out reads and writes
+    /* The first cache line holds what a shared socket's hand-out reads and writes
      * for each subscription a batch reaches (uc_sub_poll_shared, its run,
-     * its deliver), the counters the second: at thousands of routed
+     * its deliver), the counters the second: at thousands of shared
      * subscriptions each is cold, and a line saved is a miss saved. */
     const uc_sub_ops *ops;
     /* Fixed at open. */
@@ -88,7 +90,7 @@ struct uc_sub {
     atomic_int stop;      /* stop requested: the loop ends at its next check */
     atomic_int finished;  /* the loop has ended for good (set under mu) */
     atomic_int refs;      /* owner + running loop/poll */
-    /* caller mode: a uc_sub_poll runs (set under mu), or a router's hand-out
+    /* caller mode: a uc_sub_poll runs (set under mu), or a shared socket's hand-out
      * (uc_sub_poll_shared, set without it: an atomic, seq_cst against stop,
      * and polling_waiters tells it whom to wake). */
     atomic_int polling;
@@ -110,8 +112,8 @@ struct uc_sub {
     int pending;          /* on the list */
 
     /* The endpoint as resolved, in the source's own memory (set by its open;
-     * "" until then): not an array here, which a routed subscription, whose
-     * endpoint is its router's, would carry for nothing. */
+     * "" until then): not an array here, which a subscription on a shared socket, whose
+     * endpoint is its shared socket's, would carry for nothing. */
     const char *last_endpoint;
 };
 
@@ -144,11 +146,11 @@ int uc_sub_hand_over(uc_sub *s, const uc_msg *batch, size_t n, size_t *taken);
 int uc_sub_source_is_ours(const uc_sub *s);
 
 /* A reference held by someone other than the owner and the loop (a
- * router's table, route.c): the memory stays until uc_sub_unref. */
+ * shared socket's table, sub_shared.c): the memory stays until uc_sub_unref. */
 void uc_sub_retain(uc_sub *s);
 void uc_sub_unref(uc_sub *s);
 
-/* For a router's hand-out (route.c), on its one thread: uc_sub_poll_some
+/* For a shared socket's hand-out (sub_shared.c), on its one thread: uc_sub_poll_some
  * for a caller-mode subscription that only that thread polls, without its
  * lock: polling is set and cleared as seq_cst atomics against stop, so
  * that a close from another thread either is seen before the run (nothing
@@ -160,8 +162,8 @@ int uc_sub_poll_shared(uc_sub *s, size_t *delivered);
 /* On the loop's own thread, inside deliver: make the topic changes queued
  * so far (uc_sub_subscribe from other threads) now rather than before the
  * next batch.  For a deliver that waits for another thread, which may be
- * waiting for those changes (a router holding a batch for a member whose
- * subscribe() has not returned, route.c). */
+ * waiting for those changes (a shared socket holding a batch for a subscription whose
+ * subscribe() has not returned, sub_shared.c). */
 void uc_sub_take_topics(uc_sub *s);
 
 /* For the source's run: has a stop been requested? */

@@ -38,6 +38,11 @@
  * two frames per message; see pool_capacity(). */
 #define UC_POOL_SPARE_MSGS 4
 
+/* A connecting SUB's send queue towards an endpoint that is down is reset
+ * (see reset_down_endpoints) once the prefix changes queued there since it
+ * was last emptied pass this many, or the prefixes held if they are more. */
+#define UC_DOWN_CHANGES_MIN 1024
+
 /* A change of a SUB socket's prefixes (uc_sub_subscribe/unsubscribe),
  * queued until the socket's owner makes it. */
 typedef struct topic_change {
@@ -61,6 +66,22 @@ typedef struct zmq_source {
     const char **resolved;      /* [i]: the i-th endpoint as resolved ("" until) */
     uc_bus_sock *bs;            /* [i]: what the bus knows of the i-th endpoint */
     uc_mon mon;                 /* connection events: read by the socket's owner */
+    int monitored;              /* mon was started (fixed at open) */
+    uc_event_fn on_event;       /* the opener's event callback (may be NULL): the
+                                   monitor calls note_event, which calls it */
+    void *event_ctx;
+    /* A connecting SUB's endpoints (socket owner's): down[i] while the events
+     * say no connection to the i-th is up; since[i] counts the prefix changes
+     * made since its send queue was last emptied (connected, dropped or
+     * reset: libzmq then holds just the full set of prefixes for it). */
+    unsigned char *down;
+    uint64_t *since;
+    int reset_due;              /* an endpoint down passed the bound: reset it */
+    /* The prefixes made on the socket and their bytes (subscribes less
+     * unsubscribes; written by the owner, read by stats) and the connecting
+     * endpoints down now. */
+    _Atomic uint64_t prefixes, prefix_bytes;
+    atomic_int n_down;
 
     /* Loop-owned (only the thread that owns the socket touches these). */
     zmq_msg_t *pool;   /* pool_cap frames, always initialised */
@@ -314,10 +335,10 @@ static void report_gaps(zmq_source *z)
 {
     uc_gap g;
     while (__builtin_expect(uc_streams_take_gap(z->streams, &g), 0)) {
-        if (!z->mon.fn)
+        if (!z->on_event)
             continue;
         uc_event ev = {.kind = UC_EV_GAP, .value = 0, .endpoint = z->first, .gap = g};
-        z->mon.fn(z->mon.ctx, &ev);
+        z->on_event(z->event_ctx, &ev);
     }
 }
 
@@ -412,11 +433,129 @@ static int hold_change(zmq_source *z, topic_change *c)
     return 0;
 }
 
+/* Several endpoints, one of them up and another down: changes are made (a
+ * peer is connected), and libzmq queues each one towards the endpoint that
+ * is down too, without bound, until it connects.  At a reconnection libzmq
+ * itself discards that queue and sends the full set instead (the session's
+ * pipe "hiccup").  So once the changes queued towards an endpoint that is
+ * down pass the prefixes held (UC_DOWN_CHANGES_MIN at least), its
+ * connection is reset the same way: zmq_disconnect + zmq_connect of that
+ * endpoint alone, whose new pipe starts with the full set.  What libzmq
+ * queues towards an endpoint that is down is then at most the set it had
+ * when it went down (or was reset) plus max(prefixes held,
+ * UC_DOWN_CHANGES_MIN) changes; a reset costs one message per prefix held,
+ * after at least as many changes.
+ *
+ * Up or down is what the connection events say (the monitor's endpoint is
+ * the one connected to, as given; a connection whose endpoint matches none,
+ * a host name's, marks every endpoint up: unknown is never reset).  The
+ * race: the endpoint may come back just before the reset.  The events are
+ * read again first (libzmq reports a connection when its TCP connect
+ * completes, before the handshake, so before anything can be received on
+ * it), and an endpoint connected meanwhile is not reset.  A connection
+ * made in the microseconds between that read and the reset is closed by
+ * it; what it had delivered to the socket is still received (libzmq reads
+ * a closed pipe to its end), and nothing else can have reached it: the
+ * publisher sends only once our prefixes reached it, after the handshake. */
+static uint64_t down_bound(const zmq_source *z)
+{
+    uint64_t held = atomic_load_explicit(&z->prefixes, memory_order_relaxed);
+    return held > UC_DOWN_CHANGES_MIN ? held : UC_DOWN_CHANGES_MIN;
+}
+
+static void set_down(zmq_source *z, size_t i, int down)
+{
+    if (z->down[i] == down)
+        return;
+    z->down[i] = (unsigned char)down;
+    atomic_fetch_add_explicit(&z->n_down, down ? 1 : -1, memory_order_relaxed);
+}
+
+/* The monitor's callback (on the socket's owner): an endpoint's state, then
+ * the opener's callback. */
+static void note_event(void *ctx, const uc_event *ev)
+{
+    zmq_source *z = ctx;
+    if (z->down && ev->endpoint) {
+        size_t i = 0;
+        while (i < z->n_attached && strcmp(ev->endpoint, resolved_endpoint(z, i)) != 0)
+            i++;
+        int known = i < z->n_attached;
+        switch (ev->kind) {
+        case UC_EV_CONNECTED:
+            if (known) {
+                set_down(z, i, 0);
+                z->since[i] = 0; /* its queue goes to the peer now */
+            } else {
+                for (size_t j = 0; j < z->n_attached; j++)
+                    set_down(z, j, 0);
+            }
+            break;
+        case UC_EV_DISCONNECTED:
+            if (known) {
+                set_down(z, i, 1);
+                z->since[i] = 0; /* libzmq resent the full set (hiccup) */
+            }
+            break;
+        case UC_EV_CONNECT_RETRIED:
+            if (known)
+                set_down(z, i, 1);
+            break;
+        default:
+            break;
+        }
+    }
+    if (z->on_event)
+        z->on_event(z->event_ctx, ev);
+}
+
+/* A change was made: it is queued towards every endpoint down. */
+static void note_change(zmq_source *z, const topic_change *c)
+{
+    if (c->option == ZMQ_SUBSCRIBE) {
+        atomic_fetch_add_explicit(&z->prefixes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&z->prefix_bytes, c->size, memory_order_relaxed);
+    } else {
+        uint64_t n = atomic_load_explicit(&z->prefixes, memory_order_relaxed);
+        uint64_t b = atomic_load_explicit(&z->prefix_bytes, memory_order_relaxed);
+        atomic_store_explicit(&z->prefixes, n ? n - 1 : 0, memory_order_relaxed);
+        atomic_store_explicit(&z->prefix_bytes, b > c->size ? b - c->size : 0, memory_order_relaxed);
+    }
+    if (!z->down)
+        return;
+    uint64_t bound = down_bound(z);
+    for (size_t i = 0; i < z->n_attached; i++)
+        if (++z->since[i] > bound && z->down[i])
+            z->reset_due = 1;
+}
+
+/* Reset the send queue of every endpoint down past the bound (see above);
+ * by the socket's owner, without sub.mu (the events' callback may take the
+ * GIL). */
+static void reset_down_endpoints(zmq_source *z)
+{
+    z->reset_due = 0;
+    uc_mon_read(&z->mon); /* the latest word on each endpoint */
+    uint64_t bound = down_bound(z);
+    for (size_t i = 0; i < z->n_attached; i++) {
+        if (!z->down[i] || z->since[i] <= bound)
+            continue;
+        const char *ep = resolved_endpoint(z, i);
+        z->since[i] = 0;
+        if (zmq_disconnect(z->sock, ep) == 0 && zmq_connect(z->sock, ep) != 0) {
+            uc_sub_end_loop(&z->sub); /* ETERM: the bus is closing */
+            return;
+        }
+    }
+}
+
 /* Make one change on the socket; 0, or -1 once the bus is closing (ETERM,
  * the one failure left for a SUB socket: the loop ends). */
 static int make_one(zmq_source *z, topic_change *c)
 {
     int rc = zmq_setsockopt(z->sock, c->option, c->topic, c->size);
+    if (rc == 0)
+        note_change(z, c);
     free(c);
     if (rc == 0)
         return 0;
@@ -583,6 +722,8 @@ static size_t zmq_run(uc_sub *s, int timeout_ms, size_t max_messages)
          * the next batch, even while a flood keeps the loop from polling. */
         if (atomic_load_explicit(&z->pending, memory_order_acquire))
             take_changes(z);
+        if (__builtin_expect(z->reset_due, 0))
+            reset_down_endpoints(z);
         /* A flood must not keep a timed poll past its deadline. */
         if (!first && timeout_ms >= 0 && uc_ms_left(&deadline) == 0)
             break;
@@ -693,6 +834,8 @@ static void zmq_destroy(uc_sub *s)
     free(z->more);
     free(z->resolved);
     free(z->bs);
+    free(z->down);
+    free(z->since);
     uc_streams_free(z->streams);
     free_changes(z->changes); /* queued for a loop that ended first */
     free_changes(z->held);
@@ -808,8 +951,26 @@ uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *o, int *err)
         uc_sub_discard(s);
         return uc_open_failed(err, UC_ERR_ZMQ, e);
     }
-    uc_mon_start(&z->mon, uc_bus_zmq_context(bus), z->sock, eps, n_eps, o->on_event,
-                 o->event_ctx);
+    z->on_event = o->on_event;
+    z->event_ctx = o->event_ctx;
+    uc_mon_start(&z->mon, uc_bus_zmq_context(bus), z->sock, eps, n_eps, note_event, z);
+    z->monitored = z->mon.pair != NULL;
+    if (o->kind == UC_SUB && !o->bind && z->monitored) {
+        /* Each endpoint down until a connection to it is reported. */
+        z->down = malloc(n_eps);
+        z->since = calloc(n_eps, sizeof *z->since);
+        if (!z->down || !z->since) {
+            uc_sub_discard(s);
+            *err = UC_ERR_NOMEM;
+            return NULL;
+        }
+        memset(z->down, 1, n_eps);
+        atomic_store_explicit(&z->n_down, (int)n_eps, memory_order_relaxed);
+    }
+    for (size_t i = 0; i < o->n_topics; i++) {
+        atomic_fetch_add_explicit(&z->prefixes, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&z->prefix_bytes, o->topics[i].size, memory_order_relaxed);
+    }
     /* Bound before attaching, so that a failure half-way releases the
      * addresses already bound (finalize unbinds the first n_attached). */
     z->bound = o->bind;
@@ -863,6 +1024,34 @@ static struct uc_streams *zmq_streams(uc_sub *s)
     return ((zmq_source *)s)->streams;
 }
 
+/* What a prefix costs in a send queue besides its bytes: a zmq_msg_t in the
+ * pipe's chunk (64 bytes) and, past 32 bytes, its heap block with the
+ * reference count (at most 64 more). */
+#define UC_PREFIX_MSG_COST 128
+
+/* uc_sub_prefix_copies (bus.h): any thread; relaxed reads of counters the
+ * owner keeps. */
+static void zmq_prefix_copies(uc_sub *s, uc_prefix_copies *out)
+{
+    zmq_source *z = (zmq_source *)s;
+    if (atomic_load_explicit(&s->finished, memory_order_acquire))
+        return; /* the socket and its queues are gone: all 0 */
+    int peers = atomic_load_explicit(&z->mon.peers, memory_order_relaxed);
+    int down = atomic_load_explicit(&z->n_down, memory_order_relaxed);
+    out->prefixes = atomic_load_explicit(&z->prefixes, memory_order_relaxed);
+    out->bytes = atomic_load_explicit(&z->prefix_bytes, memory_order_relaxed);
+    /* A peer that reads nothing holds at most one copy; an endpoint down
+     * the copy it had plus the changes since, bounded by about one more
+     * (reset_down_endpoints).  An unmonitored socket (inproc) counts one
+     * per endpoint. */
+    uint64_t copies = peers > 0 ? (uint64_t)peers : 0;
+    if (!z->monitored && !z->bound)
+        copies = z->n_attached;
+    copies += 2 * (uint64_t)(down > 0 ? down : 0);
+    out->copies = copies;
+    out->copy_bytes = copies * (out->bytes + UC_PREFIX_MSG_COST * out->prefixes);
+}
+
 static const uc_sub_ops zmq_sub_ops = {
     .run = zmq_run,
     .finalize = zmq_finalize,
@@ -875,6 +1064,7 @@ static const uc_sub_ops zmq_sub_ops = {
     .hold = zmq_hold,
     .monitor = zmq_monitor,
     .streams = zmq_streams,
+    .prefix_copies = zmq_prefix_copies,
 };
 
 static const uc_sub_ops zmq_pull_ops = {

@@ -87,7 +87,7 @@ int uc_cond_init_monotonic(pthread_cond_t *cv)
 static _Thread_local struct {
     int made;
     int user_depth;   /* enter_user calls not left yet: nested user code (a
-                       * router's subscriptions inside its loop's deliver)
+                       * shared socket's subscriptions inside its loop's deliver)
                        * keeps the user mask without a syscall each */
     sigset_t core, user;
 } uc_thread_masks;

@@ -26,6 +26,29 @@ int64_t uc_mono_ns(void);
  * an errno value. */
 int uc_cond_init_monotonic(pthread_cond_t *cv);
 
+/* A log line at most once per window: the caller's records of one kind
+ * (under its own lock), so that a flood of them cannot flood the log.
+ * Zeroed: the first one is logged. */
+typedef struct uc_log_window {
+    int64_t end;              /* uc_mono_ns() when the next line may be logged */
+    uint64_t unreported;      /* counted since the last line logged */
+} uc_log_window;
+
+/* 1: log this one now, *unreported set to how many went unlogged since the
+ * last line (the window restarts at now); 0: only counted. */
+static inline int uc_log_window_admit(uc_log_window *w, int64_t now, int64_t window_ns,
+                                      uint64_t *unreported)
+{
+    if (now < w->end) {
+        w->unreported++;
+        return 0;
+    }
+    w->end = now + window_ns;
+    *unreported = w->unreported;
+    w->unreported = 0;
+    return 1;
+}
+
 /* ---- threads --------------------------------------------------------- */
 
 /* pthread_create, the new thread born with every asynchronous signal

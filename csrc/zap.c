@@ -68,8 +68,7 @@ struct uc_zap {
     uc_zap_log_fn log;
     void *log_ctx;
     int64_t window_ns;
-    int64_t window_end[UC_ZAP_STAT_COUNT];
-    uint64_t unreported[UC_ZAP_STAT_COUNT];
+    uc_log_window logged[UC_ZAP_STAT_COUNT];
 };
 
 /* ---- the key table (under mu) ----------------------------------------- */
@@ -415,15 +414,9 @@ static void serve(uc_zap *zap)
     void *log_ctx = zap->log_ctx;
     uint64_t unreported = 0;
     if (verdict != UC_ZAP_ALLOWED && zap->log) {
-        int64_t now = uc_mono_ns();
-        if (now >= zap->window_end[verdict]) {
-            zap->window_end[verdict] = now + zap->window_ns;
-            unreported = zap->unreported[verdict];
-            zap->unreported[verdict] = 0;
+        if (uc_log_window_admit(&zap->logged[verdict], uc_mono_ns(), zap->window_ns,
+                                &unreported))
             log = zap->log;
-        } else {
-            zap->unreported[verdict]++;
-        }
     }
     pthread_mutex_unlock(&zap->mu);
 
@@ -714,6 +707,7 @@ void uc_zap_set_log(uc_zap *zap, uc_zap_log_fn fn, void *ctx, int64_t window_ns)
     zap->log = fn;
     zap->log_ctx = ctx;
     zap->window_ns = window_ns > 0 ? window_ns : 0;
-    memset(zap->window_end, 0, sizeof zap->window_end);
+    for (int i = 0; i < UC_ZAP_STAT_COUNT; i++)
+        zap->logged[i].end = 0; /* the next of each kind is logged, with its count */
     pthread_mutex_unlock(&zap->mu);
 }

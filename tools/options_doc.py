@@ -32,7 +32,7 @@ wrong one raises `TypeError` or `ValueError` naming it, before any socket is
 opened), and can be made ahead as a frozen, reusable
 `upcall.SubscribeOptions(...)` / `upcall.PublisherOptions(...)` passed as
 `options=`. Timeouts and delays are seconds. What the options do, with
-examples: subscribing.md, publishing.md, many-subscriptions.md,
+examples: subscribing.md, publishing.md, shared-sockets.md,
 security.md.
 """
 

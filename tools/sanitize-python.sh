@@ -136,7 +136,7 @@ exiting=$(existing tests/process/test_shutdown.py tests/process/test_exit.py tes
          tests/publisher/test_coalesce_tx.py)
 TSAN_FILES=$(existing tests/bus/test_bus.py tests/publisher/test_publisher.py tests/bus/test_threads.py \
              tests/publisher/test_publisher_threads.py tests/publisher/test_publisher_interrupt.py \
-             tests/publisher/test_coalesce_tx.py tests/routing/test_routing.py tests/asyncio/test_aio.py \
+             tests/publisher/test_coalesce_tx.py tests/shared/test_shared_sockets.py tests/asyncio/test_aio.py \
              tests/asyncio/test_aio_batches.py)
 if [ "$sanitizer" != thread ]; then
     asan 1 $inproc

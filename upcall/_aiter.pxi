@@ -183,7 +183,7 @@ cdef int _deliver_async(loop_state *st, const uc_msg *batch, size_t n,
     the plain messages are copied into the hand-over queue; a run of others
     is decoded with the GIL (the trampoline, to _Bridge.on_batch)."""
     cdef size_t took = 0
-    cdef int rc = uc_ho_put(<uc_ho *>st.ho, batch, n, &took)
+    cdef int rc = uc_ho_put(<uc_ho *>st.flavour, batch, n, &took)
     consumed[0] = took
     if rc == UC_HO_OK:
         return UC_DELIVER_MORE
@@ -199,8 +199,8 @@ cdef int _deliver_async(loop_state *st, const uc_msg *batch, size_t n,
 cdef int _async_check_loop(loop_state *st) noexcept nogil:
     """A full queue, every 0.2 s: is the event loop still open?"""
     cdef bint open_
-    if st.gil_mode == GIL_ADOPT and not st.adopted:
-        _adopt(st)
+    if st.gil_mode == GIL_ADOPT and not st.thread.adopted:
+        _adopt(&st.thread)
     with gil:
         try:
             open_ = (<_AsyncTarget>(<Subscription>st.owner)._target)._loop_open()

@@ -9,38 +9,21 @@ import ipaddress
 
 from upcall.certs import _public_keys
 
-cdef extern from "zap.h" nogil:
-    ctypedef struct uc_zap:
-        pass
-    enum:
-        UC_ZAP_ALLOWED
-        UC_ZAP_REFUSED_KEY
-        UC_ZAP_REFUSED_IP
-        UC_ZAP_REFUSED_MECHANISM
-        UC_ZAP_MALFORMED
-        UC_ZAP_STAT_COUNT
-        UC_ZAP_ALLOW
-        UC_ZAP_DENY
-        UC_ZAP_DOMAIN_MAX
-    ctypedef void (*uc_zap_log_fn)(void *ctx, int cause, const char *address,
-                                   const char *public_z85, uint64_t unreported) noexcept
-    uc_zap *uc_zap_start(uc_bus *bus, int *err)
-    void uc_zap_stop(uc_zap *zap)
-    int uc_zap_allow_key(uc_zap *zap, uint32_t domain, const char *public_z85)
-    int uc_zap_revoke_key(uc_zap *zap, uint32_t domain, const char *public_z85)
-    int uc_zap_key_bus_wide(uc_zap *zap, const char *public_z85)
-    enum: UC_ZAP_BUS_WIDE
-    int uc_zap_address(uc_zap *zap, int list, const char *address, int add)
-    uint32_t uc_zap_domain_new(uc_zap *zap, char *name)
-    void uc_zap_domain_drop(uc_zap *zap, uint32_t domain)
-    void uc_zap_stats(uc_zap *zap, uint64_t *out)
-    size_t uc_zap_entries(uc_zap *zap)
-    void uc_zap_set_log(uc_zap *zap, uc_zap_log_fn fn, void *ctx, int64_t window_ns)
+# The causes of uc_zap_stats, as Authenticator.stats names them, keyed by
+# the C enum's values (so that a reordering of the enum cannot mislabel).
+_ZAP_STAT_NAMES = {
+    UC_ZAP_ALLOWED: "allowed",
+    UC_ZAP_REFUSED_KEY: "refused_key",
+    UC_ZAP_REFUSED_IP: "refused_address",
+    UC_ZAP_REFUSED_MECHANISM: "refused_mechanism",
+    UC_ZAP_MALFORMED: "malformed",
+}
 
 
-# The causes of uc_zap_stats, as Authenticator.stats names them.
-_ZAP_STAT_NAMES = ("allowed", "refused_key", "refused_address", "refused_mechanism",
-                   "malformed")
+cdef dict _zap_stats_dict(const uint64_t *out):
+    """uc_zap_stats' counters by name."""
+    return {_ZAP_STAT_NAMES[i]: out[i] for i in range(<int>UC_ZAP_STAT_COUNT)}
+
 _ZAP_CAUSE_TEXT = {
     UC_ZAP_REFUSED_KEY: "a CURVE client key on no allow list",
     UC_ZAP_REFUSED_IP: "an address denied (or not on the allow list)",
@@ -197,12 +180,12 @@ cdef class Authenticator:
         """Handshakes answered, by outcome: allowed, refused_key,
         refused_address, refused_mechanism, malformed (once stopped: the
         final counts)."""
-        cdef uint64_t out[8]
+        cdef uint64_t out[UC_ZAP_STAT_COUNT]
         if self._c == NULL and self._final is not None:
             return dict(self._final)
         self._check()
         uc_zap_stats(self._c, out)
-        return {name: out[i] for i, name in enumerate(_ZAP_STAT_NAMES)}
+        return _zap_stats_dict(out)
 
     @property
     def entries(self):
@@ -221,10 +204,10 @@ cdef class Authenticator:
 
     cdef void _stop(self) noexcept:
         cdef uc_zap *c = self._c
-        cdef uint64_t out[8]
+        cdef uint64_t out[UC_ZAP_STAT_COUNT]
         if c != NULL:
             uc_zap_stats(c, out)
-            self._final = {name: out[i] for i, name in enumerate(_ZAP_STAT_NAMES)}
+            self._final = _zap_stats_dict(out)
         self._c = NULL
         if c != NULL:
             with nogil:

@@ -95,7 +95,10 @@ class Subscription:
         """received, delivered, filtered, batches, decode_errors, callback_errors, dropped,
         zmq_received (zmq messages; a coalesced one holds many messages), the
         loss of stamped messages (lost, gaps, streams, unstamped, reordered,
-        duplicates, streams_forgotten) and the connection events' counts (EVENT_STATS)."""
+        duplicates, streams_forgotten), prefix_copies and prefix_copy_bytes
+        (the full copies of a SUB's prefixes its send queues may hold, and an
+        upper bound of their bytes: docs/security.md) and the connection
+        events' counts (EVENT_STATS)."""
     def streams(self) -> dict[int, dict[str, int]]:
         """Per stamped stream: received, lost, gaps, next_seq."""
     @property
@@ -427,6 +430,9 @@ EXIT_TIMEOUT: float
 # Seconds a Python thread factory may take to start a subscription's loop
 # before a warning and stats["loop_start_late"] say so (None: never).
 LOOP_START_WARNING: float | None
+# How many times a subscription's first batch gives the GIL back to the
+# statement that called subscribe() until it has taken the handle.
+OPENER_YIELDS: int
 # Events a publisher's on_event thread may have queued; past it, counted only.
 EVENT_QUEUE_SIZE: int
 

@@ -8,12 +8,16 @@ One extension module built from one .pxi per concept, included in this order:
   _trampoline.pxi   the trampolines: C delivery callbacks that carry a batch across the GIL
   _threads.pxi      thread factories: who creates the thread a subscription's loop runs on
   _errlog.pxi       errors without on_error: rate-limited records on the "upcall" logger
+  _events.pxi       connection events: counted in C, logged and handed to on_event
   _subscription.pxi Subscription: one receive loop delivering decoded messages to one target
+  _shared.pxi       shared sockets: many subscriptions on one SUB socket and thread
   _publisher.pxi    Publisher: a PUB or PUSH socket sending [topic, msgpack payload]
   _curve.pxi        CURVE security: key pairs and the per-socket roles
   _sockopts.pxi     socket options: the libzmq options a deployment tunes, by name
   _targets.pxi      targets: which kind a target is, what its loop keeps for it, whole batches
   _decoders.pxi     payload decoders: subscribe(decoder=..., raw=True) in place of msgpack
+  _auth.pxi         client authentication: the bridge to the bus's ZAP handler
+  _proxy.pxi        Proxy: an XSUB/XPUB forwarder on libzmq's zmq_proxy_steerable
   _options.pxi      SubscribeOptions, PublisherOptions: every keyword argument, checked once
   _synthetic.pxi    the synthetic source: a subscription fed by views of one payload, no zmq
   _aiter.pxi        async iteration: __anext__ with no coroutine while messages are queued
@@ -26,8 +30,9 @@ cimport cython
 from libc.errno cimport (errno, EADDRNOTAVAIL, EINVAL, EMFILE, ENODEV, ENOENT,
                          EPROTONOSUPPORT)
 from libc.stdint cimport uint64_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcmp, memmove, memset, strncpy
+from posix.unistd cimport getpid
 from cpython.buffer cimport PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport (PyErr_CheckSignals, PyErr_Restore, PyErr_SetInterrupt,
@@ -37,9 +42,13 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from upcall.includes.bus cimport *
+from upcall.includes.coalesce cimport *
 from upcall.includes.handover cimport *
 from upcall.includes.oob cimport *
+from upcall.includes.proxy cimport *
 from upcall.includes.python cimport *
+from upcall.includes.sub_shared cimport *
+from upcall.includes.zap cimport *
 from upcall.includes.zmq cimport ETERM
 from upcall.includes.msgpack cimport mp_writer, mp_writer_init, mp_writer_free, mp_write_raw
 from upcall._codec cimport Encoder, Decoder
@@ -150,18 +159,32 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-cdef inline bint _inherited(int generation) noexcept:
-    """True for an object made in the fork generation ``generation`` when
-    this process is a forked child of the one that made it."""
-    return generation != _fork_generation
+# Where an object was made: every object holding C state keeps one (its
+# `_born`), set by _born_here() when it is made.
+cdef struct born_in:
+    int generation           # the fork generation
+    long pid
 
 
-cdef int _check_not_inherited(int generation, str what, long pid) except -1:
-    """The fork check of every entry point of Bus, Subscription and
-    Publisher: RuntimeError in a forked child for what the parent made."""
-    if _inherited(generation):
+cdef inline born_in _born_here() noexcept:
+    cdef born_in b
+    b.generation = _fork_generation
+    b.pid = getpid()
+    return b
+
+
+cdef inline bint _inherited(born_in born) noexcept:
+    """True for an object made where ``born`` says when this process is a
+    forked child of the one that made it."""
+    return born.generation != _fork_generation
+
+
+cdef int _check_not_inherited(born_in born, str what) except -1:
+    """The fork check of every entry point of Bus, Subscription, Publisher
+    and Proxy: RuntimeError in a forked child for what the parent made."""
+    if _inherited(born):
         raise RuntimeError(
-            f"this {what} was created in process {pid}, and this is its forked child "
+            f"this {what} was created in process {born.pid}, and this is its forked child "
             f"{os.getpid()}: objects inherited across fork are inert; create a new Bus in "
             "the child")
     return 0
@@ -186,7 +209,7 @@ include "_threads.pxi"
 include "_errlog.pxi"
 include "_events.pxi"
 include "_subscription.pxi"
-include "_route.pxi"
+include "_shared.pxi"
 include "_publisher.pxi"
 include "_curve.pxi"
 include "_sockopts.pxi"
@@ -422,19 +445,17 @@ A zmq context and every subscription and publisher opened on it.
     cdef object _pubs             # ... and publishers, which reference the bus
     cdef object _async_subs       # WeakSet: an AsyncSubscription left unreferenced closes itself
     cdef object _proxies          # WeakSet: its open proxies (_proxy.pxi)
-    cdef dict _routers            # shared sockets (_route.pxi): key -> _Router
+    cdef dict _shared_sockets     # shared sockets (_shared.pxi): key -> _SharedSocket
     cdef bint _closed             # close() was called (it may still have work left)
     cdef bint _ended              # ... and saw the zmq context end: nothing left to do
     cdef object _closing          # threading.Event, set by close(): what wait() waits for
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef object _auth             # its Authenticator once authentication is on (_auth.pxi)
     cdef object __weakref__
 
     def __cinit__(self):
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
         self._closing = threading.Event()
 
     def __init__(self, io_threads=1, thread_factory=None, max_sockets=None):
@@ -449,7 +470,7 @@ A zmq context and every subscription and publisher opened on it.
         self._pubs = weakref.WeakSet()
         self._async_subs = weakref.WeakSet()
         self._proxies = weakref.WeakSet()
-        self._routers = {}
+        self._shared_sockets = {}
         self._c = uc_bus_new(io_threads, &err)
         if self._c == NULL:
             _check_rc(err, "Bus()")
@@ -464,7 +485,7 @@ A zmq context and every subscription and publisher opened on it.
     def __del__(self):
         # Subscriptions and publishers reference their bus: when it goes, they
         # have gone (each closed itself, with its own warning).
-        if self._c != NULL and not self._closed and not _inherited(self._fork_generation):
+        if self._c != NULL and not self._closed and not _inherited(self._born):
             warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                           ResourceWarning, source=self)
 
@@ -472,7 +493,7 @@ A zmq context and every subscription and publisher opened on it.
         # A bus not closed (or whose close did not see the end) is closed
         # without waiting: the context ends in the background.  In a forked
         # child the C state is the parent's: left alone.
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             if self._auth is not None:
                 (<Authenticator>self._auth)._stop()
             with nogil:
@@ -487,8 +508,8 @@ A zmq context and every subscription and publisher opened on it.
         return _start_authenticator(self)
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         elif self._closed:
             state = "closed" if self._ended else "closing"
         else:
@@ -498,7 +519,7 @@ A zmq context and every subscription and publisher opened on it.
     @property
     def closed(self):
         """True once close() was called (always, for a Bus inherited across fork)."""
-        return self._closed or _inherited(self._fork_generation)
+        return self._closed or _inherited(self._born)
 
     @property
     def max_sockets(self):
@@ -508,7 +529,7 @@ A zmq context and every subscription and publisher opened on it.
         return uc_bus_max_sockets(self._c)
 
     cdef int _check_process(self) except -1:
-        _check_not_inherited(self._fork_generation, "Bus", self._pid)
+        _check_not_inherited(self._born, "Bus")
         return 0
 
     cdef _check_open(self):
@@ -677,28 +698,28 @@ A zmq context and every subscription and publisher opened on it.
             raise ValueError("with_sender=True delivers target(msg, sender): it needs a "
                              "callable target (not a Handler)")
         zap = _auth_domain(self, opts, curve)
-        cdef _RoutedSource routed = None
+        cdef _SharedSource shared_src = None
         if (source is None and gil_mode == GIL_ADOPT and opts.shared and kind == "sub"
                 and not opts.bind and delivery == "thread" and opts.thread_factory is None
                 # What a shared socket cannot give one subscription alone: its
                 # own peers' identities, its own admission rules, its own events.
                 and not opts.with_sender and opts.allow is None and not opts.authenticate
                 and opts.on_event is None):
-            routed = self._router_source(ep_list, opts, mms, curve, sockopts)
-            source = routed
-            if routed is not None and opts.decoder is None and not opts.raw:
-                # The built-in decoder, shared by the router's subscriptions
+            shared_src = self._shared_source(ep_list, opts, mms, curve, sockopts)
+            source = shared_src
+            if shared_src is not None and opts.decoder is None and not opts.raw:
+                # The built-in decoder, shared by the shared socket's subscriptions
                 # (they decode on its one thread): one key cache (25 KB), hot
                 # for all of them, instead of a cold one each.
-                payload_decoder = routed.router.shared_decoder(payload_decoder, opts.extensions)
+                payload_decoder = shared_src.sock.shared_decoder(payload_decoder, opts.extensions)
 
         cdef Subscription sub = Subscription.__new__(Subscription, _MADE_HERE)
         sub._bus = self
         sub.endpoint = ep_list[0]
-        # A routed one: its router's tuple, and no source object kept (it
-        # is only the open's; _routed says what it is): less memory each.
-        sub.endpoints = routed.router.endpoints if routed is not None else tuple(ep_list)
-        sub._source = source if routed is None else None
+        # A shared one: its shared socket's tuple, and no source object kept (it
+        # is only the open's; _shared says what it is): less memory each.
+        sub.endpoints = shared_src.sock.endpoints if shared_src is not None else tuple(ep_list)
+        sub._source = source if shared_src is None else None
         sub._target = target
         sub._inbox = inbox
         sub._on_error = opts.on_error
@@ -713,10 +734,10 @@ A zmq context and every subscription and publisher opened on it.
         sub._topics = tuple(topic_list)
         sub._max_topics = max_topics
         sub._pull = kind == "pull"
-        sub._routed = routed is not None
+        sub._shared = shared_src is not None
         sub._st.gil_mode = gil_mode
         sub._st.owner = <PyObject *>sub
-        sub._st.adopted = 0
+        sub._st.thread.adopted = 0
         _set_target(sub, target_kind, batch)
 
         memset(&o, 0, sizeof(o))
@@ -735,8 +756,8 @@ A zmq context and every subscription and publisher opened on it.
             o.curve.zap_domain = <const char *>(<_ZapDomain>zap).name
         o.deliver = _deliver
         o.ctx = &sub._st
-        if routed is not None:
-            sub._events = routed.router.events
+        if shared_src is not None:
+            sub._events = shared_src.sock.events
         else:
             sub._events = _EventSink(f"subscription {', '.join(ep_list)}", opts.on_event)
         o.on_event = _on_conn_event
@@ -764,22 +785,22 @@ A zmq context and every subscription and publisher opened on it.
                 frames[i].size = len(<bytes>t)
             o.topics = frames
             o.n_topics = len(topic_list)
-        if routed is not None:
-            # Delivered on the router's thread, which adopts its thread
+        if shared_src is not None:
+            # Delivered on the shared socket's thread, which adopts its thread
             # state once for all its subscriptions.
-            o.on_exit = _routed_exit
+            o.on_exit = _shared_sub_exit
             if target_kind != TARGET_NATIVE:
-                o.deliver = <uc_deliver_fn><void *>_routed_deliver   # the hand-out holds the GIL
-            sub._st.adopted = 1
-            sub._run_name = sub._thread_name = routed.router.thread_name
-            Py_INCREF(sub)             # the loop's reference, dropped by _routed_exit
+                o.deliver = <uc_deliver_fn><void *>_shared_sub_deliver   # the hand-out holds the GIL
+            sub._st.thread.adopted = 1
+            sub._run_name = sub._thread_name = shared_src.sock.thread_name
+            Py_INCREF(sub)             # the loop's reference, dropped by _shared_sub_exit
         elif not sub._caller:
             o.on_exit = _loop_exit
             sub._run_name = _next_thread_name()
             if factory is None or factory is native_threads:
                 sub._run_name_b = sub._run_name.encode() + b"\0"
                 sub._thread_name = sub._run_name
-                sub._st.native_name = <const char *>sub._run_name_b   # Python's name for it too
+                sub._st.thread.native_name = <const char *>sub._run_name_b   # Python's name for it too
                 o.start = _start_native
                 o.start_ctx = <void *><const char *>sub._run_name_b
             else:
@@ -790,6 +811,9 @@ A zmq context and every subscription and publisher opened on it.
                 o.start_ctx = <void *>sub
                 _install_exit_hook()   # stay ahead of e.g. concurrent.futures' hook
             Py_INCREF(sub)             # the loop's reference, dropped by _loop_exit
+            # Its loop waits for uc_sub_ready below: the target runs only once
+            # the caller holds the subscription, as a shared one's does.
+            o.start_held = 1
         cdef int open_errno = 0
         try:
             if source is None:
@@ -814,38 +838,42 @@ A zmq context and every subscription and publisher opened on it.
         try:
             self._subs.add(sub)
             _auth_register(zap, sub)
-            if routed is None and sub._events is not None:
+            if shared_src is None and sub._events is not None:
                 # Named as bound (a tcp port * or 0 resolved), as its logs say it.
                 sub._events.label = f"subscription {', '.join(sub.last_endpoints)}"
             if sub._factory is not None:
                 _watch_loop_start(sub)
-            if routed is not None and routed.ticket:
+            if shared_src is not None and shared_src.ticket:
                 # As a socket of its own subscribes at open: the shared socket
                 # has the prefixes when subscribe() returns.
-                sub._topic_ticket = routed.ticket
-                _in_signal_slices(sub, _topics_step, &routed.ticket, -1)
+                sub._topic_ticket = shared_src.ticket
+                _in_signal_slices(sub, _topics_step, &shared_src.ticket, -1)
         finally:
-            if routed is not None:
-                # Its target may run from now on: not before the caller has
-                # the subscription (the router held what reached it so far).
-                uc_route_member_ready(sub._c)
+            # Its target may run from now on: not before the caller has the
+            # subscription (the shared socket, or the held loop, kept what
+            # reached it so far).
+            if shared_src is not None:
+                uc_shared_sub_ready(sub._c)
+            elif o.start_held:
+                _note_opener(sub)
+                uc_sub_ready(sub._c)
         return sub
 
-    cdef _RoutedSource _router_source(self, list ep_list, object opts, int64_t mms,
+    cdef _SharedSource _shared_source(self, list ep_list, object opts, int64_t mms,
                                       object curve, object sockopts):
-        """The source joining the bus's router for these endpoints and socket
+        """The source joining the bus's shared socket for these endpoints and socket
         options, opened now if there is none (or the last one has closed);
         None when it cannot be opened."""
         key = (tuple(ep_list), opts.rcvhwm, mms, opts.extensions, opts.max_streams, repr(curve),
                tuple(sorted(sockopts.items())) if isinstance(sockopts, dict) else repr(sockopts))
-        cdef _Router router = self._routers.get(key)
-        if router is None or router.closed:
-            router = _open_router(self._c, ep_list, opts, mms, curve, sockopts, self._factory)
-            if router is None:
+        cdef _SharedSocket sock = self._shared_sockets.get(key)
+        if sock is None or sock.closed:
+            sock = _open_shared_socket(self._c, ep_list, opts, mms, curve, sockopts, self._factory)
+            if sock is None:
                 return None
-            self._routers[key] = router
-        cdef _RoutedSource src = _RoutedSource.__new__(_RoutedSource)
-        src.router = router
+            self._shared_sockets[key] = sock
+        cdef _SharedSource src = _SharedSource.__new__(_SharedSource)
+        src.sock = sock
         return src
 
     @cython.binding(True)               # a signature of its own, from the option rows
@@ -1098,9 +1126,9 @@ A zmq context and every subscription and publisher opened on it.
         if self._auth is not None:
             # Its socket holds the context: the handler goes with the sockets.
             (<Authenticator>self._auth)._stop()
-        for router in list(self._routers.values()):
-            uc_route_close((<_Router>router)._r)    # none left but after a failed join
-        self._routers.clear()
+        for sock in list(self._shared_sockets.values()):
+            uc_shared_close((<_SharedSocket>sock)._sh)    # none left but after a failed join
+        self._shared_sockets.clear()
         if errors:
             # The stuck loops end the context when they let go of it.
             with nogil:

@@ -142,8 +142,7 @@ cdef Decoder _payload_decoder(object decoder, object raw):
     if not callable(decoder):
         raise TypeError(f"decoder must be a callable taking the payload (bytes) and returning "
                         f"the message, an upcall.Decoder, or None, not {type(decoder).__name__}")
-    if inspect.iscoroutinefunction(decoder) or inspect.isasyncgenfunction(decoder) or \
-            inspect.iscoroutinefunction(getattr(type(decoder), "__call__", None)):
+    if _is_async_callable(decoder):
         raise TypeError(f"decoder is an async callable ({decoder!r}): it is called on the "
                         "delivery thread, which could never await it; decode synchronously "
                         "(msgspec.msgpack.Decoder(Type).decode) or with raw=True in the target")

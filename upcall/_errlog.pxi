@@ -26,25 +26,24 @@ cdef inline double _now() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-@cython.final
-cdef class _ErrorLog:
-    """How many errors of one kind one subscription has logged, and left
-    out, in the current interval."""
-    cdef str what                 # "decode errors" / "target errors"
+cdef class _RateLimit:
+    """At most LOG_BURST records per LOG_INTERVAL seconds, the rest only
+    counted, then one summary of those left out (summary(), a subclass's):
+    when the next one comes after the interval, or at flush().  The one
+    limiter of upcall's log records: errors here, connection events in
+    _events.pxi."""
     cdef double start             # the interval: [start, end); end 0: none open
     cdef double end
     cdef long burst               # LOG_BURST when the interval opened
     cdef long logged
     cdef uint64_t left_out
 
-    def __cinit__(self, str what):
-        self.what = what
-
-    cdef inline bint admit(self, object sub) noexcept:
-        """True: log this error; False: it is only counted."""
+    cdef bint admit(self, object about) noexcept:
+        """True: log this one; False: it is only counted.  ``about``: what
+        the summary is about (passed to it)."""
         cdef double now = _now()
         if now >= self.end:
-            self.flush(sub, now)
+            self.flush(about, now)
             self.start = now
             try:
                 self.end = now + float(LOG_INTERVAL)
@@ -59,16 +58,33 @@ cdef class _ErrorLog:
         self.left_out += 1
         return False
 
-    cdef void flush(self, object sub, double now) noexcept:
-        """The summary record of the interval, if errors were left out."""
+    cdef void flush(self, object about, double now) noexcept:
+        """The summary record of the interval, if any were left out."""
         cdef uint64_t n = self.left_out
         if n == 0:
             return
         self.left_out = 0
+        self.summary(about, n, min(now, self.end) - self.start)
+
+    cdef void summary(self, object about, uint64_t n, double span) noexcept:
+        """One record: n left out over the last span seconds (never raises)."""
+        pass
+
+
+@cython.final
+cdef class _ErrorLog(_RateLimit):
+    """How many errors of one kind one subscription has logged, and left
+    out, in the current interval."""
+    cdef str what                 # "decode errors" / "target errors"
+
+    def __cinit__(self, str what):
+        self.what = what
+
+    cdef void summary(self, object sub, uint64_t n, double span) noexcept:
         try:
             _log.error("%r: %d more %s in the last %.1f s (not logged: at most %d "
                        "per %g s per subscription; upcall._bus.LOG_BURST, LOG_INTERVAL)",
-                       sub, n, self.what, min(now, self.end) - self.start, self.burst,
+                       sub, n, self.what, span, self.burst,
                        self.end - self.start, extra={"subscription": sub, "left_out": n})
         except BaseException as exc:
             _write_unraisable(exc, sub)

@@ -20,20 +20,23 @@
 
 _event_log = logging.getLogger("upcall.events")
 
-# (stats key, event kind, cause), by uc_event_kind.
-_EVENT_NAMES = (
-    ("connected", "connected", None),
-    ("connect_retried", "connect_retried", None),
-    ("accepted", "accepted", None),
-    ("disconnected", "disconnected", None),
-    ("handshakes", "handshake_succeeded", None),
-    ("handshake_failed_protocol", "handshake_failed", "protocol"),
-    ("handshake_failed_auth", "handshake_failed", "auth"),
-    ("handshake_failed_no_detail", "handshake_failed", "no_detail"),
-)
+# (stats key, event kind, cause) of each uc_event_kind, keyed by the C
+# enum's values (so that a reordering of the enum cannot mislabel).
+_EVENT_NAMES = {
+    UC_EV_CONNECTED: ("connected", "connected", None),
+    UC_EV_CONNECT_RETRIED: ("connect_retried", "connect_retried", None),
+    UC_EV_ACCEPTED: ("accepted", "accepted", None),
+    UC_EV_DISCONNECTED: ("disconnected", "disconnected", None),
+    UC_EV_HANDSHAKE_SUCCEEDED: ("handshakes", "handshake_succeeded", None),
+    UC_EV_HANDSHAKE_FAILED_PROTOCOL: ("handshake_failed_protocol", "handshake_failed", "protocol"),
+    UC_EV_HANDSHAKE_FAILED_AUTH: ("handshake_failed_auth", "handshake_failed", "auth"),
+    UC_EV_HANDSHAKE_FAILED_NO_DETAIL: ("handshake_failed_no_detail", "handshake_failed",
+                                       "no_detail"),
+}
 
-# The stats keys of the connection events, in uc_event_kind order.
-EVENT_STATS = tuple(row[0] for row in _EVENT_NAMES)
+# The stats keys of the connection events, by the counters' index
+# (uc_event_kind; a kind missing from the table fails the import).
+EVENT_STATS = tuple(_EVENT_NAMES[k][0] for k in range(<int>UC_EV_COUNT))
 
 
 class ConnectionEvent:
@@ -101,10 +104,10 @@ cdef class _EventSink:
     on_event calls, never another publisher's events, counts or logs."""
     cdef str label                # "subscription tcp://..." / "publisher ..."
     cdef object on_event
-    cdef _RateLimit warn_log      # handshake refusals
-    cdef _RateLimit info_log      # handshakes that failed with no detail
-    cdef _RateLimit debug_log     # the rest
-    cdef _RateLimit gap_log       # gaps in stamped streams
+    cdef _EventLog warn_log      # handshake refusals
+    cdef _EventLog info_log      # handshakes that failed with no detail
+    cdef _EventLog debug_log     # the rest
+    cdef _EventLog gap_log       # gaps in stamped streams
     cdef long calling             # the thread running on_event now (0: none)
     cdef bint retry_said          # a failing connect was logged (until the next connected)
     cdef bint threaded            # on_event runs on a thread of its own
@@ -117,10 +120,10 @@ cdef class _EventSink:
     def __cinit__(self, str label, object on_event, bint threaded=False):
         self.label = label
         self.on_event = on_event
-        self.warn_log = _RateLimit(logging.WARNING)
-        self.info_log = _RateLimit(logging.INFO)
-        self.debug_log = _RateLimit(logging.DEBUG)
-        self.gap_log = _RateLimit(logging.WARNING)
+        self.warn_log = _EventLog(logging.WARNING)
+        self.info_log = _EventLog(logging.INFO)
+        self.debug_log = _EventLog(logging.DEBUG)
+        self.gap_log = _EventLog(logging.WARNING)
         self.threaded = threaded and on_event is not None
         if self.threaded:
             self.queue = collections.deque()
@@ -212,7 +215,7 @@ cdef class _EventSink:
                 self.said_retry(endpoint, cause, ev.value)
         elif kind == "connected":
             self.retry_said = False
-        cdef _RateLimit lim = self.debug_log
+        cdef _EventLog lim = self.debug_log
         if cause == "no_detail":
             lim = self.info_log
         elif cause is not None and kind == "handshake_failed":
@@ -236,7 +239,7 @@ cdef class _EventSink:
         """A gap in a stamped stream: a WARNING line (rate-limited), then
         on_event."""
         endpoint = (<bytes>ev.endpoint).decode("utf-8", "replace")
-        cdef _RateLimit lim = self.gap_log
+        cdef _EventLog lim = self.gap_log
         try:
             if _event_log.isEnabledFor(lim.level) and lim.admit(self.label):
                 _event_log.warning("%s: lost %d message(s) of stream %#018x from number %d",
@@ -305,39 +308,21 @@ _CAUSE_TEXT = {
 
 
 @cython.final
-cdef class _RateLimit:
-    """At most LOG_BURST records per LOG_INTERVAL seconds (_errlog.pxi's
-    settings) at one level; then one summary of those left out."""
+cdef class _EventLog(_RateLimit):
+    """Connection-event records at one level, rate-limited as errors are
+    (_errlog.pxi's _RateLimit and settings)."""
     cdef int level
-    cdef double end
-    cdef long burst, logged
-    cdef double start
-    cdef uint64_t left_out
 
     def __cinit__(self, int level):
         self.level = level
 
-    cdef bint admit(self, str label) except -1:
-        cdef double now = _now()
-        if now >= self.end:
-            if self.left_out:
-                _event_log.log(self.level, "%s: %d more connection events in the last %.1f s "
-                         "(not logged: at most %d per %g s)", label, self.left_out,
-                         min(now, self.end) - self.start, self.burst, self.end - self.start)
-                self.left_out = 0
-            self.start = now
-            try:
-                self.end = now + float(LOG_INTERVAL)
-                self.burst = int(LOG_BURST)
-            except Exception:
-                self.end = now + 10.0
-                self.burst = 10
-            self.logged = 0
-        if self.logged < self.burst:
-            self.logged += 1
-            return True
-        self.left_out += 1
-        return False
+    cdef void summary(self, object label, uint64_t n, double span) noexcept:
+        try:
+            _event_log.log(self.level, "%s: %d more connection events in the last %.1f s "
+                           "(not logged: at most %d per %g s)", label, n, span, self.burst,
+                           self.end - self.start)
+        except BaseException as exc:
+            _event_exception(exc, label)
 
 
 cdef void _on_conn_event(void *ctx, const uc_event *ev) noexcept nogil:

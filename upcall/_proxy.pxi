@@ -5,37 +5,6 @@
 
 from types import SimpleNamespace
 
-cdef extern from "proxy.h" nogil:
-    ctypedef struct uc_proxy:
-        pass
-    ctypedef struct uc_proxy_side:
-        const char *endpoint
-        int bind
-        int hwm
-        uc_curve curve
-        const uc_sockopt *sockopts
-        size_t n_sockopts
-        uc_event_fn on_event
-        void *event_ctx
-    ctypedef struct uc_proxy_opts:
-        uc_proxy_side frontend
-        uc_proxy_side backend
-    ctypedef struct uc_proxy_counts:
-        uint64_t messages_in, bytes_in, messages_out, bytes_out
-    ctypedef struct uc_proxy_totals:
-        uc_proxy_counts frontend, backend
-    uc_proxy *uc_proxy_open(uc_bus *bus, const uc_proxy_opts *opts, int *err)
-    int uc_proxy_pause(uc_proxy *p)
-    int uc_proxy_resume(uc_proxy *p)
-    int uc_proxy_paused(uc_proxy *p)
-    int uc_proxy_stats(uc_proxy *p, uc_proxy_totals *out, int timeout_ms)
-    int uc_proxy_running(uc_proxy *p)
-    int uc_proxy_error(uc_proxy *p)
-    int uc_proxy_close(uc_proxy *p, int timeout_ms)
-    void uc_proxy_free(uc_proxy *p)
-    const char *uc_proxy_endpoint(const uc_proxy *p, int backend)
-    void uc_proxy_events(const uc_proxy *p, int backend, uint64_t *counts, int *peers)
-
 # How long Proxy.stats waits for the proxy's thread to answer (it answers
 # between bursts of at most 1000 messages: at once unless the machine stalls).
 PROXY_STATS_TIMEOUT = 5.0
@@ -119,18 +88,16 @@ cdef class Proxy:
     cdef readonly str backend
     cdef tuple _sinks             # the two _EventSinks, which the monitor thread calls until close
     cdef tuple _zaps              # the sides' ZAP domains (None: no authentication)
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef object __weakref__
 
     def __cinit__(self, token=None, *args, **kwargs):
         _made_here(token, "upcall.Proxy", "Bus.proxy() returns one")
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
 
     def __del__(self):
-        if self._c != NULL and not _inherited(self._fork_generation) and self.running:
+        if self._c != NULL and not _inherited(self._born) and self.running:
             try:
                 warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                               ResourceWarning, source=self)
@@ -138,13 +105,13 @@ cdef class Proxy:
                 self.close()
 
     def __dealloc__(self):
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             with nogil:
                 uc_proxy_free(self._c)
         self._c = NULL
 
     cdef int _check(self) except -1:
-        _check_not_inherited(self._fork_generation, "Proxy", self._pid)
+        _check_not_inherited(self._born, "Proxy")
         return 0
 
     def pause(self):
@@ -261,8 +228,8 @@ cdef class Proxy:
         self.close()
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         elif not self.running:
             state = "closed"
         elif self.paused:

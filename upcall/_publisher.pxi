@@ -6,24 +6,6 @@ DEFAULT_MAX_DELAY = 0.001
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BYTES = 64 * 1024
 
-# The C core's coalescer (internal: no installed .pxd), which send_many uses
-# on a publisher that does not coalesce.
-cdef extern from "coalesce.h" nogil:
-    ctypedef struct uc_batch:
-        size_t count
-    ctypedef struct uc_coal:
-        pass
-    int uc_coal_init(uc_coal *c, size_t max_topics, size_t max_batch, size_t max_bytes)
-    void uc_coal_free(uc_coal *c)
-    uc_batch *uc_coal_slot(uc_coal *c, const void *topic, size_t topic_len, int *full)
-    int uc_batch_fits(const uc_coal *c, const uc_batch *b, size_t len)
-    int uc_coal_alone(const uc_coal *c, size_t len)
-    int uc_batch_append(uc_coal *c, uc_batch *b, const void *msg, size_t len, int64_t now_ns)
-    int uc_batch_full(const uc_coal *c, const uc_batch *b)
-    const char *uc_batch_payload(uc_batch *b, size_t *len)
-    void uc_batch_clear(uc_coal *c, uc_batch *b)
-
-
 cdef int64_t _max_delay_us(object value) except? -2:
     """publisher(max_delay=...): seconds (0 .. 3600) as microseconds; None: -1."""
     if value is None:
@@ -181,8 +163,7 @@ cdef class Publisher:
     cdef uc_pub *_closing    # closed while sends were in flight: the last one closes
     cdef uc_pub *_flushing   # being closed, sending its pending batches (see _close_c)
     cdef bint _linger_cut    # a bus closing by a deadline cut the linger
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     cdef Py_ssize_t _oob_threshold   # publisher(oob_threshold=...); PY_SSIZE_T_MAX: never
     cdef const uc_codec *_codec   # publisher(compression=...); NULL: none
     cdef int _coalesce       # UC_SEND_COALESCE for publisher(coalesce=True), else 0
@@ -198,11 +179,10 @@ cdef class Publisher:
         self._c = NULL
         self._closing = NULL
         self._flushing = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
 
     def __del__(self):
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             try:
                 warnings.warn(f"unclosed {self!r}: close it, or use it as a context manager",
                               ResourceWarning, source=self)
@@ -214,7 +194,7 @@ cdef class Publisher:
     def __dealloc__(self):
         cdef uc_pub *c = self._c
         # In a forked child the socket is the parent's: left alone.
-        if c != NULL and not _inherited(self._fork_generation):
+        if c != NULL and not _inherited(self._born):
             # Without the GIL: closing a coalescing publisher sends its
             # pending batches, which may wait (up to linger) for a peer.
             with nogil:
@@ -307,14 +287,14 @@ cdef class Publisher:
         return None if peers < 0 else peers
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            return f"<upcall.Publisher {self.endpoint} inherited from process {self._pid}>"
+        if _inherited(self._born):
+            return f"<upcall.Publisher {self.endpoint} inherited from process {self._born.pid}>"
         return f"<upcall.Publisher {self.last_endpoint}{' closed' if self._c == NULL else ''}>"
 
     @property
     def closed(self):
         """True once closed, and for a Publisher inherited across fork."""
-        return self._c == NULL or _inherited(self._fork_generation)
+        return self._c == NULL or _inherited(self._born)
 
     @property
     def last_endpoint(self):
@@ -518,7 +498,7 @@ cdef class Publisher:
     def unwatch_room(self, int efd):
         """Undo watch_room before efd is closed.  A closed publisher has
         forgotten it already (its close shut it down first)."""
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             uc_pub_unwatch(self._c, efd)
 
     def send_packed(self, topic, payload, *, timeout=None):
@@ -638,7 +618,7 @@ cdef class Publisher:
         c = self._c
         if not self._coalesce:
             return None
-        self._in_flight += 1
+        self._in_flight += 1       # until _landed()
         try:
             with nogil:
                 rc = uc_pub_flush(c, 0, 0)
@@ -646,18 +626,14 @@ cdef class Publisher:
                 if _in_signal_slices(self, _flush_step, <void *>c, ms):
                     rc = UC_OK
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._closing != NULL:
-                c = self._closing
-                self._closing = NULL
-                self._close_c(c)
+            self._landed()
         _check_rc(rc, "flush", ms)
         return None
 
     @property
     def pending(self):
         """Messages waiting in coalesced batches now (0 without coalescing)."""
-        if self._c == NULL or _inherited(self._fork_generation):
+        if self._c == NULL or _inherited(self._born):
             return 0
         return uc_pub_pending(self._c)
 
@@ -698,7 +674,7 @@ cdef class Publisher:
             return 0
         if rc != UC_ERR_BUSY and (rc != UC_ERR_AGAIN or ms == 0):
             return self._check_send_rc(rc, ms)
-        self._in_flight += 1
+        self._in_flight += 1       # until _landed()
         try:
             if rc == UC_ERR_BUSY:
                 # Another sender's turn (maybe blocked at the mark): wait
@@ -717,11 +693,7 @@ cdef class Publisher:
                 if _in_signal_slices(self, _send_step, &a, ms):
                     rc = UC_OK
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._closing != NULL:
-                c = self._closing
-                self._closing = NULL
-                self._close_c(c)
+            self._landed()
         return self._check_send_rc(rc, ms)
 
     cdef int _check_send_rc(self, int rc, int ms) except -1:
@@ -755,27 +727,34 @@ cdef class Publisher:
         """
         cdef int ms = _timeout_ms(timeout, "timeout")
         cdef _subs_wait_args a
-        cdef uc_pub *c
         cdef int done
         want = int_arg(n, "n", 0, 2147483647)
         self._check_open()
         a.c, a.n, a.count = self._c, want, 0
-        self._in_flight += 1
+        self._in_flight += 1       # until _landed()
         try:
             done = _in_signal_slices(self, _subs_wait_step, &a, ms)
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._closing != NULL:
-                c = self._closing
-                self._closing = NULL
-                self._close_c(c)
+            self._landed()
         if not done:
             raise TimeoutError(f"wait_subscriptions: {a.count} of {want} subscriptions "
                                f"after {timeout} s")
         return a.count
 
+    cdef int _landed(self) except -1:
+        """A call that let the GIL go with the socket in use (_in_flight
+        counted it) is done with it: the last one out closes the socket a
+        close() left to it."""
+        cdef uc_pub *c
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._closing != NULL:
+            c = self._closing
+            self._closing = NULL
+            self._close_c(c)
+        return 0
+
     cdef _check_open(self):
-        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
+        _check_not_inherited(self._born, "Publisher")
         if self._c == NULL:
             raise ValueError("send on a closed publisher")
 
@@ -833,7 +812,7 @@ cdef class Publisher:
         the "upcall" logger saying how many messages (``extra``:
         ``discarded``); the publisher is closed either way."""
         cdef uc_pub *c = self._c
-        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
+        _check_not_inherited(self._born, "Publisher")
         if c == NULL:
             return
         if self._events != NULL and (<_EventSink>self._events).calling == threading.get_ident():
@@ -857,7 +836,7 @@ cdef class Publisher:
                     self._bus._forget(self)
 
     def __enter__(self):
-        _check_not_inherited(self._fork_generation, "Publisher", self._pid)
+        _check_not_inherited(self._born, "Publisher")
         return self
 
     def __exit__(self, *exc_info):

@@ -93,10 +93,10 @@ cdef int _close_step(object owner, int slice_ms, void *arg) except -1:
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "close")
-    if sub._routed:
-        # Ended on this thread (a routed subscription has no loop of its
+    if sub._shared:
+        # Ended on this thread (a subscription on a shared socket has no loop of its
         # own): its end hook and the loop's reference go here, once.
-        uc_route_member_exit(sub._c)
+        uc_shared_sub_exit(sub._c)
     return 1
 
 
@@ -104,15 +104,15 @@ cdef int _wait_step(object owner, int slice_ms, void *arg) except -1:
     cdef Subscription sub = <Subscription>owner
     cdef int rc
     with nogil:
-        if sub._routed:
-            rc = uc_route_member_wait(sub._c, slice_ms)
+        if sub._shared:
+            rc = uc_shared_sub_wait(sub._c, slice_ms)
         else:
             rc = uc_sub_wait(sub._c, slice_ms)
     if rc == UC_ERR_TIMEOUT:
         return 0
     _check_rc(rc, "wait")
-    if sub._routed:
-        uc_route_member_exit(sub._c)     # its end hook, if the router has not run it
+    if sub._shared:
+        uc_shared_sub_exit(sub._c)     # its end hook, if the shared socket has not run it
     return 1
 
 
@@ -176,12 +176,11 @@ cdef class Subscription:
     cdef Py_ssize_t _max_topics   # subscribe(max_topics=): most prefixes in _topic_set
     cdef uint64_t _topic_ticket   # the last topic change queued (0: none)
     cdef bint _pull
-    cdef bint _routed             # shares a socket (_route.pxi): its source is a router
+    cdef bint _shared             # shares a socket (_shared.pxi): its source is a shared socket
     cdef _Source _source          # None: a zmq socket
-    cdef int _fork_generation
-    cdef long _pid
+    cdef born_in _born            # where it was made (the fork check)
     # Errors logged without on_error, rate-limited: made at the first error
-    # (None until then: two objects fewer for each of thousands of routed
+    # (None until then: two objects fewer for each of thousands of shared
     # subscriptions that never fail).
     cdef _ErrorLog _decode_log
     cdef _ErrorLog _target_log
@@ -190,6 +189,12 @@ cdef class Subscription:
     cdef bint _loop_ended         # thread mode: on_exit has run (_loop_ended_with_gil)
     cdef bint _loop_started       # a Python thread factory called run() (_Run.__call__)
     cdef bint _start_late         # ... not within LOOP_START_WARNING (_check_loop_started)
+    # The statement that called subscribe(), until the first batch waits for
+    # it to take the handle (_wait_for_opener): id() of its frame (0: none),
+    # the call's instruction there, its thread.
+    cdef size_t _opener_frame
+    cdef int _opener_lasti
+    cdef unsigned long _opener_thread
     cdef object __weakref__       # the bus keeps a weak reference
     cdef _EventSink _events       # connection events: on_event and their log
     cdef _Inbox _inbox            # opened without a target: recv()'s one message, else None
@@ -197,8 +202,7 @@ cdef class Subscription:
     def __cinit__(self, token=None, *args, **kwargs):   # any arguments: the TypeError below
         _made_here(token, "upcall.Subscription", "Bus.subscribe() returns one")
         self._c = NULL
-        self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._born = _born_here()
 
     def __del__(self):
         # A thread-mode loop holds a reference to us while it runs: only a
@@ -214,15 +218,16 @@ cdef class Subscription:
     def __dealloc__(self):
         # The loop holds a reference to us while it runs, so it has ended.  In
         # a forked child the C state is the parent's: left alone.
-        if self._c != NULL and not _inherited(self._fork_generation):
+        if self._c != NULL and not _inherited(self._born):
             uc_sub_free(self._c)
         self._c = NULL
-        free(self._st.selected)
-        self._st.selected = NULL
+        if self._st.ops != NULL and self._st.ops.release != NULL:
+            self._st.ops.release(self._st.flavour)
+        self._st.flavour = NULL
 
     def __repr__(self):
-        if _inherited(self._fork_generation):
-            state = f"inherited from process {self._pid}"
+        if _inherited(self._born):
+            state = f"inherited from process {self._born.pid}"
         else:
             state = "closed" if self.closed else ("caller" if self._caller else self._thread_name)
         # As bound or connected: a port picked at bind (tcp://...:*) shows its number.
@@ -230,7 +235,7 @@ cdef class Subscription:
         return f"<upcall.Subscription {','.join(eps)} topics={list(self.topics)!r} {state}>"
 
     cdef int _check_process(self) except -1:
-        _check_not_inherited(self._fork_generation, "Subscription", self._pid)
+        _check_not_inherited(self._born, "Subscription")
         return 0
 
     cdef _request_stop(self):
@@ -246,7 +251,7 @@ cdef class Subscription:
     def closed(self):
         """True once close() was called or delivery ended (StopDelivery), and
         for a Subscription inherited across fork."""
-        if _inherited(self._fork_generation):
+        if _inherited(self._born):
             return True
         return bool(self._closed or (self._c != NULL and uc_sub_finished(self._c)))
 
@@ -257,7 +262,13 @@ cdef class Subscription:
         zmq_received: zmq messages, each holding one message or, coalesced,
         many (received counts those).  Loss of stamped messages (docs/wire.md,
         "Stamps"): lost, gaps, streams, unstamped, reordered, duplicates,
-        streams_forgotten (a routed subscription's are its socket's).
+        streams_forgotten (a shared socket's subscription has its socket's).
+        What the socket's send queues may hold of its prefixes (a SUB; 0 for
+        a PULL; a shared socket's subscription has its socket's;
+        docs/security.md, "Where prefixes are copied"): prefix_copies, the
+        full copies of its prefixes they may hold (one per peer connected,
+        two per connecting endpoint down), and prefix_copy_bytes, an upper
+        bound of their memory.
         Connection events (upcall.EVENT_STATS, docs/events.md): connected,
         connect_retried, accepted, disconnected, handshakes,
         handshake_failed_protocol, handshake_failed_auth,
@@ -267,14 +278,17 @@ cdef class Subscription:
         LOOP_START_WARNING seconds after subscribe() (docs/threads.md)."""
         cdef uc_stats s
         cdef uc_stream_counts lc
+        cdef uc_prefix_copies pc
         self._check_process()
         uc_sub_stats(self._c, &s)
         uc_sub_stream_counts(self._c, &lc)
+        uc_sub_prefix_copies(self._c, &pc)
         stats = {"received": s.received, "delivered": s.delivered, "filtered": s.filtered,
                  "batches": s.batches, "decode_errors": s.decode_errors,
                  "callback_errors": s.callback_errors, "dropped": s.dropped,
                  "zmq_received": s.zmq_received,
-                 **_loss_stats(&lc, s.received)}
+                 **_loss_stats(&lc, s.received),
+                 "prefix_copies": pc.copies, "prefix_copy_bytes": pc.copy_bytes}
         if self._factory is not None:
             stats["loop_start_late"] = int(self._start_late)
         stats.update(self._event_counts())
@@ -301,7 +315,7 @@ cdef class Subscription:
         """What arrived of each stamped stream tracked now (docs/wire.md,
         "Stamps"): ``{stream_id: {"received": n, "lost": n, "gaps": n,
         "next_seq": n}}``, oldest first; at most ``max_streams`` of them.  A
-        routed subscription reads its socket's (every topic it carries)."""
+        subscription on a shared socket reads its socket's (every topic it carries)."""
         self._check_process()
         return _streams_dict(self._c)
 
@@ -344,7 +358,7 @@ cdef class Subscription:
         """Every endpoint as bound or connected, in the order of ``endpoints``."""
         cdef const char *ep
         cdef Py_ssize_t i
-        if self._source is not None and not self._routed:
+        if self._source is not None and not self._shared:
             return (self.last_endpoint,)
         resolved = []
         for i in range(len(self.endpoints)):
@@ -393,7 +407,7 @@ cdef class Subscription:
         cdef uint64_t ticket = 0
         cdef int rc
         t = _topic_bytes(topic)
-        if self._pull or (self._source is not None and not self._routed):
+        if self._pull or (self._source is not None and not self._shared):
             raise ValueError(f"{what}() is for kind='sub' subscriptions; a pull socket has no "
                              "topics: it receives every message")
         if self.closed:

@@ -17,12 +17,13 @@ cdef int _target_kind(object target) except -1:
                     f"upcall.native.NativeHandler, not {type(target).__name__}")
 
 
-cdef int _refuse_async(object f, str what) except -1:
-    """A delivery thread calls its target and would never await the coroutine
-    an async callable returns: such targets are refused, pointing to the
-    asyncio way of subscribing."""
+cdef bint _is_async_callable(object f) except -1:
+    """True when calling f returns something to await or iterate
+    asynchronously: an async def (Python's or Cython's), an async generator,
+    or an object whose __call__ is one.  The one check of every callable a
+    delivery thread calls (targets, decoders), which could never await it."""
     if f is None:
-        return 0
+        return False
     # Cython's async def functions carry asyncio's old marker (which Cython
     # imported to set it, so it is looked for only where it can be).
     marker = getattr(sys.modules.get("asyncio.coroutines"), "_is_coroutine", None)
@@ -30,27 +31,56 @@ cdef int _refuse_async(object f, str what) except -1:
     for c in (f, call):
         if (inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c)
                 or (marker is not None and getattr(c, "_is_coroutine", None) is marker)):
-            raise TypeError(
-                f"{what} is an async callable ({f!r}): subscribe() calls it on a delivery "
-                "thread and could never await it. From a coroutine, use "
-                "`async for msg in bus.subscribe_async(endpoint, ...)` (docs/asyncio.md)")
+            return True
+    return False
+
+
+cdef int _refuse_async(object f, str what) except -1:
+    """Async targets are refused, pointing to the asyncio way of subscribing."""
+    if _is_async_callable(f):
+        raise TypeError(
+            f"{what} is an async callable ({f!r}): subscribe() calls it on a delivery "
+            "thread and could never await it. From a coroutine, use "
+            "`async for msg in bus.subscribe_async(endpoint, ...)` (docs/asyncio.md)")
     return 0
 
 
+# The delivery flavours, by TARGET_* (filled below, once).
+cdef delivery_ops _DELIVERY_OPS[TARGET_KINDS]
+
+
+cdef void _fill_delivery_ops() noexcept:
+    cdef int k
+    for k in range(TARGET_KINDS):
+        _DELIVERY_OPS[k].kind = k
+        _DELIVERY_OPS[k].deliver = _deliver_plain
+        _DELIVERY_OPS[k].release = NULL
+    _DELIVERY_OPS[TARGET_NATIVE].deliver = _deliver_native
+    _DELIVERY_OPS[TARGET_NATIVE].release = _release_native
+    _DELIVERY_OPS[TARGET_ASYNC].deliver = _deliver_async
+
+_fill_delivery_ops()
+
+
 cdef int _set_target(Subscription sub, int kind, size_t batch) except -1:
-    """Record the target's kind in the loop state; a native handler also gets
-    room for the indices it selects from a batch."""
-    sub._st.kind = kind
-    sub._st.c = NULL
+    """Choose the loop's delivery flavour for the target's kind; a native
+    handler also gets room for the indices it selects from a batch."""
+    cdef native_state *ns
+    sub._st.ops = &_DELIVERY_OPS[kind]
+    sub._st.flavour = NULL
     if kind == TARGET_HANDLER and isinstance(sub._target, _AsyncTarget) and \
             (<_AsyncTarget>sub._target).ho != NULL and not sub._caller:
         # The asyncio adapter's: plain messages go to its queue without the GIL.
-        sub._st.kind = TARGET_ASYNC
-        sub._st.ho = (<_AsyncTarget>sub._target).ho
+        sub._st.ops = &_DELIVERY_OPS[TARGET_ASYNC]
+        sub._st.flavour = (<_AsyncTarget>sub._target).ho
     if kind == TARGET_NATIVE:
-        sub._st.native = <PyObject *>sub._target
-        sub._st.selected = <size_t *>malloc(batch * sizeof(size_t))
-        if sub._st.selected == NULL:
+        ns = <native_state *>calloc(1, sizeof(native_state))
+        if ns == NULL:
+            raise MemoryError()
+        sub._st.flavour = ns
+        ns.handler = <PyObject *>sub._target
+        ns.selected = <size_t *>malloc(batch * sizeof(size_t))
+        if ns.selected == NULL:
             raise MemoryError()
     return 0
 

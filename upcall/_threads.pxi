@@ -92,7 +92,7 @@ cdef class _Run:
     cdef void (*_entry)(void *) noexcept nogil
     cdef void *_arg
     cdef readonly str name
-    cdef object _owner           # the Subscription or _Router, until run()
+    cdef object _owner           # the Subscription or _SharedSocket, until run()
     cdef long _factory_thread   # the subscribing thread, while the factory runs
     cdef bint _refused          # the factory tried to run the loop synchronously
 
@@ -124,7 +124,7 @@ cdef class _Run:
 
 cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
                        void *arg) noexcept with gil:
-    # factory_ctx: the Subscription, or the _Router of a shared socket, whose
+    # factory_ctx: the Subscription, or the _SharedSocket of a shared socket, whose
     # loop it starts; its _factory is the Python callable.
     owner = <object>factory_ctx
     cdef _Run run = _Run.__new__(_Run, _MADE_HERE)
@@ -132,9 +132,9 @@ cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
     run._arg = arg
     run._owner = owner
     run._factory_thread = threading.get_ident()
-    if isinstance(owner, _Router):
-        run.name = (<_Router>owner).thread_name
-        factory = (<_Router>owner)._factory
+    if isinstance(owner, _SharedSocket):
+        run.name = (<_SharedSocket>owner).thread_name
+        factory = (<_SharedSocket>owner)._factory
     else:
         run.name = (<Subscription>owner)._run_name
         factory = (<Subscription>owner)._factory
@@ -150,8 +150,8 @@ cdef int _start_python(void *factory_ctx, void (*entry)(void *) noexcept nogil,
             f"{run.name}: the thread factory called run() on the subscribing thread")
     if error is None:
         return 0
-    if isinstance(owner, _Router):
-        (<_Router>owner)._start_error = error
+    if isinstance(owner, _SharedSocket):
+        (<_SharedSocket>owner)._start_error = error
     else:
         (<Subscription>owner)._start_error = error
     return -1

@@ -34,32 +34,55 @@ cdef enum:
 # uc_exiting(): set when the bus registry closes everything at exit (csrc/util.h).
 from upcall.includes.util cimport uc_exiting, uc_set_exiting
 
-cdef struct loop_state:
-    PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
-    int gil_mode
+# A loop's thread entering Python for good (adopt mode): one for a
+# subscription's own loop (loop_state), one for a shared socket's reader
+# (_shared.pxi), both through _adopt and _let_go below.
+cdef struct adopted_thread:
     int adopted              # this thread holds a GILState registration for the loop
     const char *native_name  # the core's own thread (default factory): its name, else NULL
     PyGILState_STATE gstate
-    # What the target is (subscribe() decides once): TARGET_CALLABLE,
-    # TARGET_HANDLER (an upcall.Handler: on_message through the vtable) or
-    # TARGET_NATIVE (an upcall.native.NativeHandler: select() without the GIL).
-    int kind
-    PyObject *native         # TARGET_NATIVE: the handler (Subscription._target keeps it)
-    size_t *selected         # TARGET_NATIVE: room for `batch` indices (freed by the Subscription)
-    uc_sub *c                # TARGET_NATIVE: for the stats, learnt under the GIL on the first batch
-    # TARGET_NATIVE, after a paused call: select() has seen the first
-    # `examined` messages of the next batch (the rest the core kept), and
-    # selected[:sel_n] are its choices among them, relative to that batch.
-    size_t examined
-    size_t sel_n
-    void *ho                 # TARGET_ASYNC: its hand-over queue (_aiter.pxi; the target keeps it)
+
+cdef struct loop_state:
+    PyObject *owner          # the Subscription; a reference the loop owns (thread mode)
+    int gil_mode
+    adopted_thread thread
+    # How the target is delivered to (subscribe() decides once: _set_target)
+    # and that flavour's own state: a native_state (TARGET_NATIVE), the
+    # hand-over queue (TARGET_ASYNC; the target keeps it), else NULL.
+    const delivery_ops *ops
+    void *flavour
 
 
 cdef enum:
     TARGET_CALLABLE = 0
-    TARGET_HANDLER = 1
-    TARGET_NATIVE = 2
+    TARGET_HANDLER = 1       # an upcall.Handler: on_message through the vtable
+    TARGET_NATIVE = 2        # an upcall.native.NativeHandler: select() without the GIL
     TARGET_ASYNC = 3         # the asyncio adapter's target: no GIL for a plain message
+    TARGET_KINDS = 4
+
+ctypedef int (*deliver_op)(loop_state *st, const uc_msg *batch, size_t n,
+                           size_t *consumed) noexcept nogil
+
+# A delivery flavour's operations, as uc_sub_ops are a source's: the
+# trampoline calls deliver and knows no flavour; release (NULL: nothing to
+# free) frees the flavour's state with the Subscription.
+cdef struct delivery_ops:
+    int kind                 # TARGET_*
+    deliver_op deliver       # the batch, on the loop's thread without the GIL
+    void (*release)(void *flavour) noexcept nogil
+
+
+# TARGET_NATIVE's state: the handler (Subscription._target keeps it), room
+# for `batch` selected indices, the uc_sub for the stats (learnt under the GIL
+# on the first batch) and, after a paused call, what select() has seen of
+# the next batch: the first `examined` messages (the rest the core kept),
+# selected[:sel_n] its choices among them, relative to that batch.
+cdef struct native_state:
+    PyObject *handler
+    size_t *selected
+    uc_sub *c
+    size_t examined
+    size_t sel_n
 
 
 cdef inline bint _python_gone() noexcept nogil:
@@ -71,11 +94,20 @@ cdef int _deliver(void *ctx, const uc_msg *batch, size_t n, size_t *consumed) no
     if _python_gone():
         consumed[0] = 0
         return UC_DELIVER_STOP
-    if st.kind == TARGET_NATIVE:
-        return _deliver_native(st, batch, n, consumed)
-    if st.kind == TARGET_ASYNC:
-        return _deliver_async(st, batch, n, consumed)
+    return st.ops.deliver(st, batch, n, consumed)
+
+
+cdef int _deliver_plain(loop_state *st, const uc_msg *batch, size_t n,
+                        size_t *consumed) noexcept nogil:
+    """A callable's or a Handler's batch: all of it with the GIL, once."""
     return _upcall(st, batch, n, NULL, consumed)
+
+
+cdef void _release_native(void *flavour) noexcept nogil:
+    cdef native_state *ns = <native_state *>flavour
+    if ns != NULL:
+        free(ns.selected)
+        free(ns)
 
 
 cdef int _deliver_native(loop_state *st, const uc_msg *batch, size_t n,
@@ -86,42 +118,43 @@ cdef int _deliver_native(loop_state *st, const uc_msg *batch, size_t n,
     cdef Py_ssize_t k
     cdef size_t c = 0, done = 0, took, j
     cdef int verdict = UC_DELIVER_MORE
-    if st.c == NULL:
-        if st.gil_mode == GIL_ADOPT and not st.adopted:
-            _adopt(st)
+    cdef native_state *ns = <native_state *>st.flavour
+    if ns.c == NULL:
+        if st.gil_mode == GIL_ADOPT and not st.thread.adopted:
+            _adopt(&st.thread)
         with gil:   # subscribe() has returned: its uc_sub is known
-            st.c = (<Subscription>st.owner)._c
-    if st.examined == 0:
-        k = (<NativeHandler>st.native).select(batch, n, st.selected)
+            ns.c = (<Subscription>st.owner)._c
+    if ns.examined == 0:
+        k = (<NativeHandler>ns.handler).select(batch, n, ns.selected)
         if k < 0:
             consumed[0] = 0     # the handler ends the subscription: all dropped
             return UC_DELIVER_STOP
-        st.sel_n = <size_t>k
-        st.examined = n
+        ns.sel_n = <size_t>k
+        ns.examined = n
     # Else this batch is the rest of a paused one, handed over alone: its
     # selection is known, and select() does not see a message twice.
-    if n > st.examined:
-        n = st.examined
-    while c < st.sel_n and st.selected[c] < n:
+    if n > ns.examined:
+        n = ns.examined
+    while c < ns.sel_n and ns.selected[c] < n:
         c += 1
     if c:
-        verdict = _upcall(st, batch, c, st.selected, &done)
+        verdict = _upcall(st, batch, c, ns.selected, &done)
     # Taken: everything, or up to the last selected message the target got.
     if done == c:
         took = n
     elif done:
-        took = st.selected[done - 1] + 1
+        took = ns.selected[done - 1] + 1
     else:
         took = 0
     if took > done:
-        uc_sub_add_stat(st.c, UC_STAT_FILTERED, took - done)
-    st.examined -= took
-    if verdict == UC_DELIVER_STOP or st.examined == 0:
-        st.examined = st.sel_n = 0
+        uc_sub_add_stat(ns.c, UC_STAT_FILTERED, took - done)
+    ns.examined -= took
+    if verdict == UC_DELIVER_STOP or ns.examined == 0:
+        ns.examined = ns.sel_n = 0
     else:
-        for j in range(done, st.sel_n):
-            st.selected[j - done] = st.selected[j] - took
-        st.sel_n -= done
+        for j in range(done, ns.sel_n):
+            ns.selected[j - done] = ns.selected[j] - took
+        ns.sel_n -= done
     consumed[0] = took
     return verdict
 
@@ -147,21 +180,34 @@ cdef int _upcall(loop_state *st, const uc_msg *batch, size_t n, const size_t *id
             if _python_gone():
                 return UC_DELIVER_STOP
         return UC_DELIVER_MORE
-    if not st.adopted:
-        _adopt(st)
+    if not st.thread.adopted:
+        _adopt(&st.thread)
     with gil:
         return _deliver_each(<Subscription>st.owner, batch, n, idx, done)
 
 
-cdef inline void _adopt(loop_state *st) noexcept nogil:
+cdef inline void _adopt(adopted_thread *t) noexcept nogil:
     # First upcall on this thread: create (native thread) or find (Python
     # thread) its thread state and keep it registered until the loop ends,
     # so the `with gil` of later batches never builds one.
-    st.gstate = PyGILState_Ensure()
-    if st.native_name != NULL:
-        _name_python_thread(st.native_name)
+    t.gstate = PyGILState_Ensure()
+    if t.native_name != NULL:
+        _name_python_thread(t.native_name)
     PyEval_SaveThread()
-    st.adopted = 1
+    t.adopted = 1
+
+
+cdef void _let_go(adopted_thread t, PyObject *last_ref) noexcept nogil:
+    # The loop has ended on this thread: drop last_ref (if not NULL) while
+    # the thread state is still there, then the state (a native thread's
+    # goes now) and, on a thread of the core's, its dummy Thread.  `t` is a
+    # copy: what held it may be freed by that last reference.
+    PyEval_RestoreThread(PyGILState_GetThisThreadState())
+    if t.native_name != NULL:
+        _forget_python_thread()
+    if last_ref != NULL:
+        Py_DecRef(last_ref)
+    PyGILState_Release(t.gstate)
 
 
 cdef void _loop_exit(void *ctx) noexcept nogil:
@@ -169,20 +215,15 @@ cdef void _loop_exit(void *ctx) noexcept nogil:
     # the loop's reference to its Subscription, then the adopted thread state.
     cdef loop_state *st = <loop_state *>ctx
     cdef PyObject *owner = st.owner
-    cdef int adopted = st.adopted
-    cdef PyGILState_STATE gstate = st.gstate
+    cdef adopted_thread thread = st.thread
     if _python_gone():
         return  # leave both behind: Python may not be entered any more
     with gil:   # adopted: finds the thread's own state, as _upcall does
         _loop_ended_with_gil(<Subscription>owner)
     # `st` lives inside the Subscription and may be freed by the decref below.
     st.owner = NULL
-    if adopted:
-        PyEval_RestoreThread(PyGILState_GetThisThreadState())
-        if st.native_name != NULL:
-            _forget_python_thread()
-        Py_DecRef(owner)
-        PyGILState_Release(gstate)   # native thread: its thread state goes now
+    if thread.adopted:
+        _let_go(thread, owner)
     else:
         with gil:
             Py_DecRef(owner)
@@ -201,6 +242,51 @@ cdef void _loop_ended_with_gil(Subscription sub) noexcept:
         hook(exc)
     except BaseException as hook_exc:
         _write_unraisable(hook_exc, hook)
+
+
+cdef extern from "<sched.h>":
+    int sched_yield() nogil
+
+
+#: How many times a first batch yields the GIL to the statement that called
+#: subscribe() before it goes on regardless (_wait_for_opener).
+OPENER_YIELDS = 50
+
+
+cdef void _note_opener(Subscription sub) noexcept:
+    """subscribe() is about to let its loop deliver: note the statement
+    that called it (the top Python frame: subscribe() makes none)."""
+    try:
+        f = sys._getframe(0)
+        sub._opener_lasti = f.f_lasti
+        sub._opener_thread = threading.get_ident()
+        sub._opener_frame = id(f)
+    except BaseException as exc:
+        _write_unraisable(exc, None)
+
+
+cdef void _wait_for_opener(Subscription sub) noexcept:
+    """The first batch, GIL held: subscribe() has returned, but CPython may
+    have switched threads right after the call, before the statement that
+    made it took the handle (``sub = bus.subscribe(ep, lambda m:
+    sub.close())``).  While that statement's frame has not moved past the
+    call, give it the GIL back; at most OPENER_YIELDS times (an opener inside
+    a C function that goes on running Python code is not waited for)."""
+    cdef int i
+    frame_id = sub._opener_frame
+    sub._opener_frame = 0
+    if sub._opener_thread == threading.get_ident():
+        return
+    try:
+        for i in range(OPENER_YIELDS):
+            f = sys._current_frames().get(sub._opener_thread)
+            if f is None or id(f) != frame_id or f.f_lasti != sub._opener_lasti:
+                return
+            f = None
+            with nogil:
+                sched_yield()
+    except BaseException as exc:
+        _write_unraisable(exc, None)
 
 
 cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
@@ -226,7 +312,9 @@ cdef int _deliver_each(Subscription sub, const uc_msg *batch, size_t n,
     cdef bytes topic = sub._split_topic
     cdef const uc_frame *topic_wire = NULL
     cdef Handler handler = None
-    if sub._st.kind == TARGET_NATIVE:
+    if sub._opener_frame:
+        _wait_for_opener(sub)
+    if sub._st.ops.kind == TARGET_NATIVE:
         target = (<NativeHandler>target).target
         if target is None:
             uc_sub_add_stat(sub._c, UC_STAT_DELIVERED, n)

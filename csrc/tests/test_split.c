@@ -165,6 +165,90 @@ static int test_split_faults(void)
     return 0;
 }
 
+/* Every first byte of a message, in a payload long enough that its items
+ * are skipped by the fast loop (more than 32 bytes from the end) and near
+ * its end (the checked path), and the payload cut at every byte: the same
+ * ends and the same fault at the same offset as mp_skip, message by
+ * message. */
+static int split_matches_mp_skip(const unsigned char *buf, size_t n)
+{
+    uc_frame m[128];
+    int fault;
+    size_t at;
+    int got = split_all(buf, n, m, 128, &fault, &at);
+    CHECK(got >= 0 && got <= 128);
+    mp_reader r;
+    mp_reader_init(&r, (const char *)buf, n);
+    r.pos = 7;
+    for (int i = 0; i < got; i++) {
+        CHECK(m[i].data == (const char *)buf + r.pos);
+        CHECK_EQ(mp_skip(&r, MP_SKIP_MAX_DEPTH), MP_OK);
+        CHECK(m[i].data + m[i].size == (const char *)buf + r.pos);
+    }
+    if (r.pos == n) {
+        /* Cut between two messages: the ext's declared length is the fault. */
+        CHECK(fault == 0 || (fault == UC_SPLIT_ERR_LENGTH && at == n));
+    } else {
+        size_t start = r.pos;
+        int e = mp_skip(&r, MP_SKIP_MAX_DEPTH);
+        CHECK(e != MP_OK);
+        /* Both report a short object: the one as truncated, the other as
+         * a length past the end, at the same place (test_split_faults). */
+        CHECK(fault == e || ((fault == MP_ERR_LENGTH || fault == MP_ERR_TRUNCATED)
+                             && (e == MP_ERR_LENGTH || e == MP_ERR_TRUNCATED)));
+        CHECK(at >= start && at <= n);
+    }
+    return 0;
+}
+
+static int test_split_every_format_fast_and_checked(void)
+{
+    /* A map of every fixed-size form, then one of each other form. */
+    static const unsigned char item[] =
+        "\x8f" "\x00\x7f" "\xe0\xff" "\xc0\xc2" "\xc3\xa0" "\xa3" "abc" "\xca\x00\x00\x00\x00"
+        "\xcb\x00\x00\x00\x00\x00\x00\x00\x00" "\xcc\x01" "\xcd\x00\x01" "\xce\x00\x00\x00\x01"
+        "\xcf\x00\x00\x00\x00\x00\x00\x00\x01" "\xd0\x01" "\xd1\x00\x01" "\xd2\x00\x00\x00\x01"
+        "\xd3\x00\x00\x00\x00\x00\x00\x00\x01" "\xd4\x01\x00" "\xd5\x01\x00\x00"
+        "\xd6\x01\x00\x00\x00\x00" "\xd7\x01\x00\x00\x00\x00\x00\x00\x00\x00"
+        "\xd8\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+        "\xbf" "0123456789012345678901234567890" "\x92\x01\x02"
+        "\xd9\x02" "ab" "\xda\x00\x01" "a" "\xdb\x00\x00\x00\x01" "a" "\xc4\x01" "b"
+        "\xc5\x00\x01" "b" "\xc6\x00\x00\x00\x01" "b" "\xc7\x01\x05" "x" "\xc8\x00\x01\x05" "x"
+        "\xc9\x00\x00\x00\x01\x05" "x" "\xdc\x00\x01\xc0" "\xdd\x00\x00\x00\x01\xc0"
+        "\xde\x00\x01\x01\x02" "\xdf\x00\x00\x00\x01\x01\x02" "\x80\x90";
+    const size_t item_len = sizeof item - 1;
+    static unsigned char body[4 * sizeof item], buf[4 * sizeof item + 16];
+    size_t len = 0;
+    for (int k = 0; k < 3; k++) {
+        memcpy(body + len, item, item_len);
+        len += item_len;
+    }
+    size_t n = coalesced(buf, 1, body, len);
+    if (split_matches_mp_skip(buf, n))
+        return 1;
+    uc_frame m[128];
+    int fault;
+    size_t at;
+    CHECK_EQ(split_all(buf, n, m, 128, &fault, &at), 3 * 12);   /* the map, then 11 */
+    CHECK_EQ(fault, 0);
+    /* Cut at every byte (the ext's length then disagrees with the frame:
+     * the messages before the cut, then a fault). */
+    for (size_t cut = 8; cut < n; cut++)
+        if (split_matches_mp_skip(buf, cut))
+            return 1;
+    /* A reserved byte and a container claiming more than is left, early in
+     * a long payload (the fast loop stops at them). */
+    buf[7 + item_len + 1] = 0xc1;          /* in the second copy's map */
+    CHECK_EQ(split_all(buf, n, m, 128, &fault, &at), 12);
+    CHECK_EQ(fault, MP_ERR_RESERVED);
+    CHECK_EQ(at, 7 + item_len + 1);
+    n = coalesced(buf, 1, body, len);
+    buf[7 + item_len] = 0xdf;     /* map 32 of 0x00 0x7f 0xe0 0xff pairs */
+    if (split_matches_mp_skip(buf, n))
+        return 1;
+    return 0;
+}
+
 /* Nesting depth and timestamps are the decoder's: the splitter finds the
  * message's end and goes on. */
 static int test_split_leaves_depth_and_timestamps_to_the_decoder(void)
@@ -395,6 +479,7 @@ static int test_split_with_frames(void)
 
 static const test_case tests[] = {
     TEST(split_messages), TEST(split_not_coalesced), TEST(split_faults),
+    TEST(split_every_format_fast_and_checked),
     TEST(split_leaves_depth_and_timestamps_to_the_decoder), TEST(split_thread),
     TEST(split_caller), TEST(split_paused), TEST(split_with_frames),
 };

@@ -1,7 +1,8 @@
 /* Tests of the zmq source (sub_zmq.c): SUB and PULL over inproc/ipc/tcp,
  * topic prefixes (at open and at run time), multi-frame messages and the
  * frame pool, large frames, the rest of a batch deliver did not take, one
- * socket on several endpoints. */
+ * socket on several endpoints, a loop held until ready, the bounded queue
+ * towards an endpoint that is down and the prefix copies. */
 #define _GNU_SOURCE
 #include "bus.h"
 
@@ -1055,6 +1056,156 @@ static int many_topics(int transport, int sub_binds)
 static int test_many_topics_sub_connects_tcp(void) { return many_topics(T_TCP, 0); }
 static int test_many_topics_sub_binds_ipc(void) { return many_topics(T_IPC, 1); }
 
+/* start_held: the loop takes nothing until uc_sub_ready; then everything
+ * sent meanwhile arrives, in order.  A held loop that is closed instead
+ * ends (on_exit runs once) without delivering. */
+static int test_start_held(void)
+{
+    coll c;
+    coll_init(&c, 64);
+    char ep[64];
+    bind_ep(T_INPROC, ep, sizeof ep);
+    uc_sub_opts so = sub_opts(UC_PULL, ep, 1, &c, 8);
+    so.start_held = 1;
+    int err;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    CHECK_EQ(send_numbered(p, 5), 0);
+    uc_stats st;
+    uc_sub_stats(s, &st);
+    CHECK_EQ(st.received, 0);
+    uc_sub_ready(s);
+    uc_sub_ready(s); /* once is enough; again does nothing */
+    CHECK(coll_wait(&c, 5));
+    CHECK_EQ(recs_numbered(&c, 5), 0);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_free(s);
+
+    coll c2;
+    coll_init(&c2, 64);
+    bind_ep(T_INPROC, ep, sizeof ep);
+    so = sub_opts(UC_PULL, ep, 1, &c2, 8);
+    so.start_held = 1;
+    s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* never made ready: must not hang */
+    CHECK_EQ(atomic_load(&c2.exits), 1);
+    CHECK_EQ(coll_count(&c2), 0);
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(&c);
+    coll_fini(&c2);
+    return 0;
+}
+
+/* A tcp port nothing listens on (bound, read back, closed). */
+static int free_tcp_endpoint(char *buf, size_t len)
+{
+    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_PUB);
+    CHECK(sock);
+    CHECK_EQ(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    CHECK_EQ(zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, buf, &len), 0);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return 0;
+}
+
+/* One SUB connected to a publisher that is up and to an endpoint that is
+ * down: churn on one prefix reaches the one up, and the queue towards the
+ * one down is reset past the bound, so that when an XPUB comes up there it
+ * gets a short queue ending with exactly the prefixes held.  The prefix
+ * copies count one for the peer up, two for the endpoint down. */
+static int test_endpoint_down_queue_bounded(void)
+{
+    enum { PAIRS = 20000, BOUND = 1024 };
+    char down[64];
+    CHECK_EQ(free_tcp_endpoint(down, sizeof down), 0);
+    char up_ep[64];
+    bind_ep(T_TCP, up_ep, sizeof up_ep);
+    uc_pub_opts po = pub_opts(UC_PUB, up_ep, 1);
+    int err;
+    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    CHECK(p);
+    const char *list[2] = {uc_pub_last_endpoint(p), down};
+    coll c;
+    coll_init(&c, 64);
+    uc_frame keep = {"keep", 4};
+    uc_sub_opts so = sub_opts(UC_SUB, NULL, 0, &c, 16);
+    so.endpoints = list;
+    so.n_endpoints = 2;
+    so.topics = &keep;
+    so.n_topics = 1;
+    uc_sub *s = uc_sub_open(g_bus, &so, &err);
+    CHECK(s);
+    uc_prefix_copies pc;
+    struct timespec d;
+    abs_deadline(&d, WAIT_MS);
+    do {
+        sleep_ms(1);
+        uc_sub_prefix_copies(s, &pc);
+        CHECK(!passed(&d));
+    } while (pc.copies != 3);
+    CHECK_EQ(pc.prefixes, 1);
+    CHECK_EQ(pc.bytes, 4);
+    CHECK_EQ(pc.copy_bytes, 3 * (4 + 128));
+    uint64_t ticket = 0;
+    for (int i = 0; i < PAIRS; i++) {
+        CHECK_EQ(uc_sub_subscribe(s, "u", 1, NULL), UC_OK);
+        CHECK_EQ(uc_sub_unsubscribe(s, "u", 1, &ticket), UC_OK);
+        if (i % 1000 == 999) /* paced: the loop makes them as they come */
+            CHECK_EQ(uc_sub_wait_topics(s, ticket, WAIT_MS), UC_OK);
+    }
+    CHECK_EQ(uc_sub_subscribe(s, "late", 4, &ticket), UC_OK);
+    CHECK_EQ(uc_sub_wait_topics(s, ticket, WAIT_MS), UC_OK);
+
+    /* The endpoint comes up: what it gets, in order. */
+    void *xctx = zmq_ctx_new(), *x = zmq_socket(xctx, ZMQ_XPUB);
+    int one = 1, zero = 0, timeout = 100;
+    CHECK_EQ(zmq_setsockopt(x, ZMQ_XPUB_VERBOSER, &one, sizeof one), 0);
+    CHECK_EQ(zmq_setsockopt(x, ZMQ_LINGER, &zero, sizeof zero), 0);
+    CHECK_EQ(zmq_setsockopt(x, ZMQ_RCVTIMEO, &timeout, sizeof timeout), 0);
+    CHECK_EQ(zmq_bind(x, down), 0);
+    size_t n = 0;
+    int have_keep = 0, have_late = 0, have_u = 0, done = 0;
+    abs_deadline(&d, WAIT_MS);
+    while (!done) {
+        CHECK(!passed(&d));
+        char buf[16];
+        int len = zmq_recv(x, buf, sizeof buf, 0);
+        if (len < 0)
+            continue;
+        n++;
+        CHECK(len >= 1 && len <= (int)sizeof buf);
+        int on = buf[0] == 1;
+        if (len == 5 && memcmp(buf + 1, "keep", 4) == 0)
+            have_keep = on;
+        else if (len == 2 && buf[1] == 'u')
+            have_u = on;
+        else if (len == 5 && memcmp(buf + 1, "late", 4) == 0)
+            done = have_late = on;
+    }
+    CHECK(have_keep && have_late && !have_u);
+    CHECK(n <= 2 * BOUND + 4);
+    abs_deadline(&d, WAIT_MS);
+    do {
+        sleep_ms(1);
+        uc_sub_prefix_copies(s, &pc);
+        CHECK(!passed(&d));
+    } while (pc.copies != 2);
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    uc_sub_prefix_copies(s, &pc);
+    CHECK_EQ(pc.copies, 0);
+    uc_sub_free(s);
+    zmq_close(x);
+    zmq_ctx_term(xctx);
+    uc_pub_close(p);
+    coll_fini(&c);
+    return 0;
+}
+
 static const test_case tests[] = {
     TEST(push_pull_inproc), TEST(push_pull_ipc), TEST(push_pull_tcp), TEST(pub_sub_inproc),
     TEST(pub_sub_ipc), TEST(pub_sub_tcp), TEST(large_frames), TEST(frames), TEST(frames_batch),
@@ -1064,7 +1215,8 @@ static const test_case tests[] = {
     TEST(topics_queued_while_busy_thread), TEST(topics_queued_while_busy_caller),
     TEST(topics_caller_idle), TEST(topics_inside_deliver_thread),
     TEST(topics_inside_deliver_caller), TEST(topics_loop_ends_first), TEST(topics_arguments),
-    TEST(many_topics_sub_connects_tcp), TEST(many_topics_sub_binds_ipc),
+    TEST(many_topics_sub_connects_tcp), TEST(many_topics_sub_binds_ipc), TEST(start_held),
+    TEST(endpoint_down_queue_bounded),
 };
 
 int main(void)

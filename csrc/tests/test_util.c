@@ -85,6 +85,29 @@ static void *read_exiting(void *p)
 
 /* The exit flag starts clear, is seen set by another thread once set, and
  * stays set. */
+/* A log window: the first record is logged, those within the window only
+ * counted, and the next one after it is logged with that count; a window of
+ * 0 logs every one. */
+static int test_log_window(void)
+{
+    static const struct {
+        int64_t now, window;
+        int logged;
+        uint64_t unreported; /* when logged */
+    } steps[] = {
+        {1000, 100, 1, 0}, {1000, 100, 0, 0}, {1099, 100, 0, 0}, {1100, 100, 1, 2},
+        {1150, 100, 0, 0}, {5000, 100, 1, 1}, {5200, 0, 1, 0},   {5200, 0, 1, 0},
+    };
+    uc_log_window w = {0};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        uint64_t unreported = 99;
+        CHECK_EQ(uc_log_window_admit(&w, steps[i].now, steps[i].window, &unreported),
+                 steps[i].logged);
+        CHECK_EQ(unreported, steps[i].logged ? steps[i].unreported : 99);
+    }
+    return 0;
+}
+
 static int test_exiting_flag(void)
 {
     CHECK_EQ(uc_exiting(), 0);
@@ -102,6 +125,7 @@ static int test_exiting_flag(void)
 static const test_case tests[] = {
     TEST(thread_masks),
     TEST(exiting_flag),
+    TEST(log_window),
 };
 
 int main(void)

@@ -17,7 +17,7 @@ from bench_package import BENCH_DIR, bench_module
 HARNESS = {"harness", "endpoints", "measure", "report", "progress", "peer", "floors", "workload", "netns",
            "coalescing", "plot"}
 #: The sections (one per bench_upcalls.py flag) and their parts.
-SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "routing",
+SECTIONS = {"codec", "upcalls", "contention", "bus", "publish", "large", "compression", "shared",
             "proxy", "stamping", "cluster"}
 #: A section's parts: imported by that section only.
 PARTS = {"bus": {"publish"}, "large": {"compression"}}

@@ -395,10 +395,24 @@ async def _coroutine_decoder(payload):
     return payload
 
 
+def _cython_coroutine_decoder(payload):
+    return payload
+
+
+# What Cython puts on its `async def` functions (inspect does not know them):
+# asyncio's marker, where this Python still has it.
+_CYTHON_MARKER = getattr(asyncio.coroutines, "_is_coroutine", None)
+if _CYTHON_MARKER is not None:
+    _cython_coroutine_decoder._is_coroutine = _CYTHON_MARKER
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(decoder=1), TypeError, r"decoder must be a callable.*not int"),
     (dict(decoder=b"msgpack"), TypeError, r"decoder must be a callable.*not bytes"),
     (dict(decoder=_coroutine_decoder), TypeError, r"decoder is an async callable"),
+    pytest.param(dict(decoder=_cython_coroutine_decoder), TypeError, r"decoder is an async callable",
+                 marks=pytest.mark.skipif(_CYTHON_MARKER is None, reason="no asyncio marker"),
+                 id="cython-async-def"),
     (dict(raw=1), TypeError, r"raw must be True or False, not int"),
     (dict(raw="yes"), TypeError, r"raw must be True or False, not str"),
     (dict(raw=None), TypeError, r"raw must be True or False, not NoneType"),

@@ -14,6 +14,8 @@ import pathlib
 import re
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 SYNTH_FILES = {"sub_synth.c", "synth.h"}
@@ -51,6 +53,34 @@ def test_no_python_free_c_in_cython_strings():
                  for p in sources for m in VERBATIM_C.finditer(p.read_text())
                  if not USES_THE_C_API.search(m.group(2))]
     assert offenders == []
+
+
+# `cdef extern from "name.h"`: the header a Cython declaration block names.
+EXTERN_FROM = re.compile(r'^\s*cdef extern from "([^"<>]+)"', re.M)
+
+
+def test_extern_blocks_are_found():
+    assert EXTERN_FROM.findall('cdef extern from "zap.h" nogil:\n    pass\n'
+                               'cdef extern from "<pthread.h>":\n') == ["zap.h"]
+
+
+def test_core_headers_are_declared_to_cython_in_includes_only():
+    # One rule for every C core header: its declarations live once, in
+    # upcall/includes/<name>.pxd, which the modules cimport; never inline in
+    # a .pyx/.pxi (where a second copy could drift from the header).
+    core_headers = {p.name for p in CSRC.glob("*.h")}
+    sources = sorted(p for p in (ROOT / "upcall").rglob("*.p[xy][xid]")
+                     if p.parent.name != "includes")
+    assert any(p.name == "_shared.pxi" for p in sources)
+    offenders = [f"{p.name}: {h}" for p in sources for h in EXTERN_FROM.findall(p.read_text())
+                 if h in core_headers]
+    assert offenders == []
+    # And each core header is declared by one includes/*.pxd only.
+    declared = {}
+    for pxd in sorted((ROOT / "upcall" / "includes").glob("*.pxd")):
+        for h in EXTERN_FROM.findall(pxd.read_text()):
+            declared.setdefault(h, []).append(pxd.name)
+    assert {h: names for h, names in declared.items() if len(names) > 1} == {}
 
 
 def test_the_synthetic_source_stays_in_its_own_files():
@@ -247,3 +277,53 @@ def test_every_c_source_has_a_c_test_that_meson_runs():
         assert test[:-2] in listed, f"{test} is not built and run by csrc/tests/meson.build"
     for name, test in COVERED_BY.items():
         assert (CSRC / name).is_file(), f"COVERED_BY names {name}, which is gone"
+
+
+def _c_enumerators(header, first, count):
+    """The enumerators of the C enum that starts with ``first``, up to (not
+    including) ``count``, in order."""
+    text = (CSRC / header).read_text()
+    body = text[text.index(first):text.index(count, text.index(first))]
+    return re.findall(r"^\s*(UC_\w+)", body, re.M)
+
+
+@pytest.mark.parametrize("source, table, header, first, count", [
+    ("_events.pxi", "_EVENT_NAMES", "bus.h", "UC_EV_CONNECTED", "UC_EV_COUNT"),
+    ("_auth.pxi", "_ZAP_STAT_NAMES", "zap.h", "UC_ZAP_ALLOWED", "UC_ZAP_STAT_COUNT"),
+])
+def test_name_tables_are_keyed_by_the_c_enum(source, table, header, first, count):
+    # A table of names for a C enum's values is a dict keyed by the
+    # enumerators themselves, one entry each: reordering the enum (or adding
+    # a value in the middle) then cannot give a counter another's name, as a
+    # tuple indexed by position would.
+    text = (ROOT / "upcall" / source).read_text()
+    start = text.index(f"\n{table} = ")
+    body = text[start:text.index("\n}", start)]
+    keys = re.findall(r"^\s*(UC_\w+)\s*:", body, re.M)
+    assert sorted(keys) == sorted(_c_enumerators(header, first, count))
+
+
+def test_every_c_source_is_in_the_layout():
+    # CONTRIBUTING.md's map of the tree names every C source of the core.
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    layout = text[text.index("## Layout"):]
+    missing = [p.name for p in sorted(CSRC.glob("*.c"))
+               if not re.search(rf"\b{re.escape(p.name)}\b", layout)]
+    assert missing == []
+
+
+def test_the_bus_module_docstring_lists_its_includes_in_order():
+    # _bus.pyx is one module of many .pxi files: its docstring is the map a
+    # reader starts from, so it names every one, in the order included.
+    text = (ROOT / "upcall" / "_bus.pyx").read_text()
+    docstring = ast.get_docstring(ast.parse(_python_header(text)))
+    listed = re.findall(r"^  (_\w+\.pxi) ", docstring, re.M)
+    included = re.findall(r'^include "(\w+\.pxi)"', text, re.M)
+    assert listed == included
+    assert set(included) == {p.name for p in (ROOT / "upcall").glob("*.pxi")}
+
+
+def _python_header(text):
+    """The module's leading comment lines and docstring, as Python."""
+    end = text.index('"""', text.index('"""') + 3) + 3
+    return text[:end]

@@ -141,6 +141,7 @@ cdef extern from "bus.h" nogil:
         int with_sender
         uc_event_fn on_event
         void *event_ctx
+        int start_held
 
     ctypedef struct uc_sub:
         pass
@@ -165,11 +166,19 @@ cdef extern from "bus.h" nogil:
         UC_STAT_FILTERED
         UC_STAT_ZMQ_RECEIVED
 
+    ctypedef struct uc_prefix_copies:
+        uint64_t prefixes
+        uint64_t bytes
+        uint64_t copies
+        uint64_t copy_bytes
+
     uc_sub *uc_sub_open(uc_bus *bus, const uc_sub_opts *opts, int *err)
+    void uc_sub_prefix_copies(uc_sub *sub, uc_prefix_copies *out)
     void uc_sub_stream_counts(uc_sub *sub, uc_stream_counts *out)
     size_t uc_sub_streams(uc_sub *sub, uc_stream_info *out, size_t cap)
     int uc_sub_poll(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
     int uc_sub_poll_some(uc_sub *sub, int timeout_ms, size_t max_messages, size_t *delivered)
+    void uc_sub_ready(uc_sub *sub)
     int uc_sub_close(uc_sub *sub, int timeout_ms)
     void uc_sub_wake(uc_sub *sub)
     int uc_sub_finished(const uc_sub *sub)

@@ -1,6 +1,6 @@
-"""Routed subscriptions: many bus.subscribe() calls to one endpoint share one
-SUB socket and one receive loop, which routes each message in C to every
-subscription whose prefix matches (csrc/route.c, upcall/_route.pxi)."""
+"""Shared sockets: many bus.subscribe() calls to one endpoint share one
+SUB socket and one receive loop, which hands each message in C to every
+subscription whose prefix matches (csrc/sub_shared.c, upcall/_shared.pxi)."""
 import os
 import signal
 import subprocess
@@ -152,7 +152,7 @@ class Recorder(upcall.Handler):
         self.got.append(msg)
 
 
-def test_every_target_kind_routed():
+def test_every_target_kind_on_a_shared_socket():
     import asyncio
 
     async def main(bus, pub, ep):

@@ -1,14 +1,14 @@
-/* Tests of routed subscriptions (route.c): many members on one carrier SUB
- * socket.  Overlapping prefixes delivered once per member; a member is
+/* Tests of shared sockets (sub_shared.c): many subscriptions on one SUB
+ * socket read by one reader.  Overlapping prefixes delivered once per subscription; a subscription is
  * handed nothing until it is ready, and what reached it meanwhile is held,
  * not lost; prefixes added and removed in any order (the table's two-sided
  * links); joins, leaves and prefix changes from other threads racing the
- * carrier's dispatch while a bystander gets every message in order; a close
- * from another thread while the carrier is handing the member a batch (the
- * hand-out takes no lock of the member's).  Real sockets over tcp. */
+ * reader's dispatch while a bystander gets every message in order; a close
+ * from another thread while the reader is handing the subscription a batch (the
+ * hand-out takes no lock of the subscription's).  Real sockets over tcp. */
 #define _GNU_SOURCE
 #include "bus.h"
-#include "route.h"
+#include "sub_shared.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,24 +18,24 @@
 #include "check.h"
 #include "fixtures.h"
 
-/* The carrier's hooks, as _route.pxi has them (without the GIL's part). */
-static int carrier_deliver(void *ctx, const uc_msg *b, size_t n, size_t *consumed)
+/* The reader's hooks, as _shared.pxi has them (without the GIL's part). */
+static int reader_deliver(void *ctx, const uc_msg *b, size_t n, size_t *consumed)
 {
-    return uc_route_deliver(ctx, b, n, consumed);
+    return uc_shared_deliver(ctx, b, n, consumed);
 }
 
-static void carrier_exit(void *ctx)
+static void reader_exit(void *ctx)
 {
-    uc_route_carrier_ended(ctx);
+    uc_shared_reader_ended(ctx);
 }
 
 typedef struct {
-    uc_route *r;
+    uc_shared *sh;
     uc_pub *pub;
     char ep[256];
 } rig;
 
-/* A bound PUB and a router connected to it. */
+/* A bound PUB and a shared socket connected to it. */
 static int rig_open(rig *g)
 {
     int err;
@@ -44,25 +44,25 @@ static int rig_open(rig *g)
     g->pub = uc_pub_open(g_bus, &po, &err);
     CHECK(g->pub);
     snprintf(g->ep, sizeof g->ep, "%s", uc_pub_last_endpoint(g->pub));
-    g->r = uc_route_new(&err);
-    CHECK(g->r);
+    g->sh = uc_shared_new(&err);
+    CHECK(g->sh);
     uc_sub_opts o = sub_opts(UC_SUB, g->ep, 0, NULL, 64);
-    o.deliver = carrier_deliver;
-    o.on_exit = carrier_exit;
-    o.ctx = g->r;
+    o.deliver = reader_deliver;
+    o.on_exit = reader_exit;
+    o.ctx = g->sh;
     o.rcvhwm = 0;
-    CHECK_EQ(uc_route_open(g->r, g_bus, &o), UC_OK);
+    CHECK_EQ(uc_shared_open(g->sh, g_bus, &o), UC_OK);
     return 0;
 }
 
 static void rig_close(rig *g)
 {
-    uc_route_close(g->r);
-    uc_route_release(g->r);
+    uc_shared_close(g->sh);
+    uc_shared_release(g->sh);
     uc_pub_close(g->pub);
 }
 
-/* A ready member of g's router holding `topics`, delivering into c. */
+/* A ready subscription of g's shared socket holding `topics`, delivering into c. */
 static uc_sub *join(rig *g, coll *c, const char *const *topics, size_t n, int ready)
 {
     uc_frame fs[8];
@@ -73,23 +73,23 @@ static uc_sub *join(rig *g, coll *c, const char *const *topics, size_t n, int re
     o.n_topics = n;
     uint64_t ticket;
     int err;
-    uc_sub *m = uc_route_join(g->r, g_bus, &o, &ticket, &err);
+    uc_sub *m = uc_shared_join(g->sh, g_bus, &o, &ticket, &err);
     if (!m)
         return NULL;
     atomic_store(&c->sub, m);
     if (uc_sub_wait_topics(m, ticket, WAIT_MS) != UC_OK) {
-        uc_route_member_ready(m);
+        uc_shared_sub_ready(m);
         return NULL;
     }
     if (ready)
-        uc_route_member_ready(m);
+        uc_shared_sub_ready(m);
     return m;
 }
 
 static int leave(uc_sub *m)
 {
     CHECK_EQ(uc_sub_close(m, -1), UC_OK);
-    uc_route_member_exit(m);
+    uc_shared_sub_exit(m);
     uc_sub_free(m);
     return 0;
 }
@@ -107,21 +107,21 @@ static int test_overlap_once_and_ready(void)
     const char *l[] = {"ab"};
     uc_sub *n = join(&g, &late, l, 1, 0); /* not ready yet */
     CHECK(n);
-    CHECK_EQ(uc_route_members(g.r), 2);
+    CHECK_EQ(uc_shared_subs(g.sh), 2);
     CHECK_EQ(uc_pub_wait_subscriptions(g.pub, 2, WAIT_MS, NULL), UC_OK);
     CHECK_EQ(send_str(g.pub, "abc", "1"), UC_OK); /* both of m's prefixes */
-    /* The carrier holds the batch for n: nobody is handed it yet. */
+    /* The reader holds the batch for n: nobody is handed it yet. */
     struct timespec d;
     abs_deadline(&d, WAIT_MS);
     uc_stats st;
     do {
-        uc_sub_stats(uc_route_carrier(g.r), &st);
+        uc_sub_stats(uc_shared_reader(g.sh), &st);
         sleep_ms(1);
     } while (st.received < 1 && !passed(&d));
     CHECK_EQ(st.received, 1);
     CHECK_EQ(coll_count(&both), 0);
     CHECK_EQ(coll_count(&late), 0);
-    uc_route_member_ready(n);
+    uc_shared_sub_ready(n);
     CHECK_EQ(send_str(g.pub, "ax", "2"), UC_OK);
     CHECK(coll_wait(&both, 2));
     CHECK(coll_wait(&late, 1));
@@ -143,14 +143,14 @@ static int test_overlap_once_and_ready(void)
     CHECK_EQ(coll_count(&both), 4);
     CHECK_EQ(leave(n), 0);
     CHECK_EQ(leave(m), 0);
-    CHECK_EQ(uc_route_closed(g.r), 1); /* the last member out closes it */
+    CHECK_EQ(uc_shared_closed(g.sh), 1); /* the last subscription out closes it */
     rig_close(&g);
     coll_fini(&both);
     coll_fini(&late);
     return 0;
 }
 
-/* Two members sharing half of 2,000 prefixes; prefixes removed from both
+/* Two subscriptions sharing half of 2,000 prefixes; prefixes removed from both
  * in a scrambled order: each keeps exactly what it still holds. */
 static int test_prefixes_removed_in_any_order(void)
 {
@@ -239,7 +239,7 @@ static void *churn(void *p)
             || uc_sub_unsubscribe(m, topic, strlen(topic), &t) != UC_OK)
             x->failed = 1;
         if (round % 3 == 0)
-            sleep_ms(1); /* some members get batches before they go */
+            sleep_ms(1); /* some subscriptions get batches before they go */
         if (leave(m) != 0)
             x->failed = 1;
         coll_fini(&c);
@@ -278,14 +278,14 @@ static int test_churn_racing_dispatch(void)
         snprintf(payload, sizeof payload, "%d", i);
         CHECK(rec_is(&by.recs[i], "t0", payload));
     }
-    CHECK_EQ(uc_route_members(g.r), 1);
+    CHECK_EQ(uc_shared_subs(g.sh), 1);
     CHECK_EQ(leave(bystander), 0);
     rig_close(&g);
     coll_fini(&by);
     return 0;
 }
 
-/* ---- close while the carrier hands the member a batch ------------------- */
+/* ---- close while the reader hands the subscription a batch ------------------- */
 
 typedef struct {
     uc_sub *m;
@@ -315,19 +315,19 @@ static int test_close_while_polled(void)
     CHECK(m && o);
     CHECK_EQ(uc_pub_wait_subscriptions(g.pub, 1, WAIT_MS, NULL), UC_OK);
     CHECK_EQ(send_str(g.pub, "k", "1"), UC_OK);
-    coll_wait_entered(&gated); /* the carrier is inside m's deliver */
+    coll_wait_entered(&gated); /* the reader is inside m's deliver */
     closer c = {.m = m};
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, close_it, &c), 0);
     /* The close waits for the delivery in progress: it cannot have
-     * returned while the carrier is still inside it. */
+     * returned while the reader is still inside it. */
     sleep_ms(20);
     CHECK_EQ(atomic_load(&c.done), 0);
     coll_release(&gated);
     pthread_join(th, NULL);
     CHECK_EQ(c.rc, UC_OK);
-    uc_route_member_exit(m);
-    /* Nothing reaches m after its close returned; the other member goes on. */
+    uc_shared_sub_exit(m);
+    /* Nothing reaches m after its close returned; the other subscription goes on. */
     CHECK_EQ(send_str(g.pub, "k", "2"), UC_OK);
     CHECK(coll_wait(&other, 2));
     CHECK_EQ(coll_count(&gated), 1);
@@ -340,11 +340,68 @@ static int test_close_while_polled(void)
     return 0;
 }
 
+/* Hand g's shared socket a batch of its own making (as the reader would,
+ * from this thread: the reader is idle, nothing is sent), messages with
+ * these topics and payload "p". */
+static int hand(rig *g, const char *const *topics, size_t n)
+{
+    uc_msg b[8];
+    memset(b, 0, sizeof b);
+    for (size_t i = 0; i < n; i++) {
+        b[i].topic = (uc_frame){topics[i], strlen(topics[i])};
+        b[i].payload = (uc_frame){"p", 1};
+        b[i].n_frames = 2;
+    }
+    size_t consumed = 0;
+    CHECK_EQ(uc_shared_deliver(g->sh, b, n, &consumed), UC_DELIVER_MORE);
+    CHECK_EQ(consumed, n);
+    return 0;
+}
+
+/* One subscription holding one prefix gets a batch whole (no grouping), yet
+ * only what its prefix matches: a batch with a topic it does not hold (a
+ * change of topics in flight) is grouped as ever, and so is the lone prefix
+ * left after another subscription's went. */
+static int test_lone_prefix_exact(void)
+{
+    rig g;
+    CHECK_EQ(rig_open(&g), 0);
+    coll a, b;
+    coll_init(&a, 64);
+    coll_init(&b, 64);
+    const char *pa[] = {"a"}, *pb[] = {"b"};
+    uc_sub *ma = join(&g, &a, pa, 1, 1);
+    CHECK(ma);
+    const char *all_a[] = {"ab", "a", "ac"};
+    CHECK_EQ(hand(&g, all_a, 3), 0);
+    CHECK(coll_wait(&a, 3));
+    CHECK(rec_is(&a.recs[0], "ab", "p") && rec_is(&a.recs[1], "a", "p") && rec_is(&a.recs[2], "ac", "p"));
+    const char *mixed[] = {"ax", "b", "", "ay"};
+    CHECK_EQ(hand(&g, mixed, 4), 0);
+    CHECK(coll_wait(&a, 5));
+    CHECK(rec_is(&a.recs[3], "ax", "p") && rec_is(&a.recs[4], "ay", "p"));
+    uc_sub *mb = join(&g, &b, pb, 1, 1);
+    CHECK(mb);
+    CHECK_EQ(leave(mb), 0);              /* "a" is the lone prefix again */
+    const char *after[] = {"bz", "az"};
+    CHECK_EQ(hand(&g, after, 2), 0);
+    CHECK(coll_wait(&a, 6));
+    CHECK(rec_is(&a.recs[5], "az", "p"));
+    CHECK_EQ(coll_count(&a), 6);
+    CHECK_EQ(coll_count(&b), 0);
+    CHECK_EQ(leave(ma), 0);
+    rig_close(&g);
+    coll_fini(&a);
+    coll_fini(&b);
+    return 0;
+}
+
 static const test_case tests[] = {
     TEST(overlap_once_and_ready),
     TEST(prefixes_removed_in_any_order),
     TEST(churn_racing_dispatch),
     TEST(close_while_polled),
+    TEST(lone_prefix_exact),
 };
 
 int main(void)

@@ -1,4 +1,4 @@
-"""Routed subscriptions holding overlapping prefixes (b"a" and b"ab"): a
+"""Shared sockets holding overlapping prefixes (b"a" and b"ab"): a
 message matching several of one subscription's prefixes is that
 subscription's once, as on a SUB socket of its own, whatever the target kind
 and whenever the prefixes were added."""

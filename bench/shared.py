@@ -1,4 +1,4 @@
-"""Routing section of bench_upcalls.py: many per-topic subscriptions on one endpoint.
+"""Shared-socket section of bench_upcalls.py: many per-topic subscriptions on one endpoint.
 
 S subscriptions (1, 10, 100, 1,000, 10,000), each with its own topic prefix
 ``r%05d.`` and its own target, on one tcp endpoint; one publisher (a pyzmq
@@ -10,8 +10,8 @@ drain rate from a full queue, not the publisher's speed (the publisher
 reports "sent" once its context has terminated: every message has left it).  Rows, each in a
 fresh process so that threads, descriptors and memory are its own:
 
-* ``routed``: ``bus.subscribe(ep, target_i, topics=[prefix_i])`` S times:
-  one shared SUB socket and loop, routed in C (csrc/route.c);
+* ``shared``: ``bus.subscribe(ep, target_i, topics=[prefix_i])`` S times:
+  one shared SUB socket and loop, handed out in C (csrc/sub_shared.c);
 * ``sockets``: the same with ``shared=False``: a socket, a connection and a
   thread each (up to the socket limit: S <= 1,000);
 * ``pyzmq+dict``: one pyzmq SUB socket with the S prefixes, a Python thread
@@ -83,10 +83,10 @@ sys.stdin.read()
 
 
 def add_arguments(parser) -> None:
-    g = parser.add_argument_group("routing section")
-    g.add_argument("--routing-s", default=",".join(map(str, DEFAULT_S)),
+    g = parser.add_argument_group("shared section")
+    g.add_argument("--shared-s", default=",".join(map(str, DEFAULT_S)),
                    help="numbers of subscriptions (default %(default)s)")
-    g.add_argument("--routing-n", type=int, default=None,
+    g.add_argument("--shared-n", type=int, default=None,
                    help="messages per row (default 400,000; quick 40,000; full 2,000,000)")
 
 
@@ -142,7 +142,7 @@ def _measure(mode, s, n, per, flooder, make_target, counts, gate, done) -> dict:
         # to FDS_PER_SUB descriptors: room for S of them.
         bus = upcall.Bus(max_sockets=max(1023, SOCKETS_PER_SUB * s + 16))
         _raise_fd_limit(FDS_PER_SUB * s + 256)
-    elif mode == "routed":
+    elif mode == "shared":
         bus = upcall.Bus()
     rss0 = _rss_kb()
     threads0 = len(os.listdir("/proc/self/task"))
@@ -178,7 +178,7 @@ def _measure(mode, s, n, per, flooder, make_target, counts, gate, done) -> dict:
         loop = threading.Thread(target=run, daemon=True)
         loop.start()
     else:
-        shared = mode == "routed"
+        shared = mode == "shared"
         for i in range(s):
             subs.append(bus.subscribe(ep, targets[i], topics=[PREFIX % i], rcvhwm=0,
                                       shared=shared))
@@ -208,16 +208,16 @@ def _measure(mode, s, n, per, flooder, make_target, counts, gate, done) -> dict:
 
 
 def run(opts) -> list[dict]:
-    svals = [int(v) for v in opts.routing_s.split(",")]
-    n = opts.routing_n or (40_000 if opts.quick else 2_000_000 if opts.full else 400_000)
+    svals = [int(v) for v in opts.shared_s.split(",")]
+    n = opts.shared_n or (40_000 if opts.quick else 2_000_000 if opts.full else 400_000)
     rows = []
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for s in svals:
-        for mode in ("routed", "sockets", "pyzmq+dict"):
+        for mode in ("shared", "sockets", "pyzmq+dict"):
             if mode == "sockets" and s > SOCKET_LIMIT_S:
                 rows.append({"mode": mode, "S": s, "note": "over the socket limit"})
                 continue
-            r = subprocess.run([sys.executable, "-m", "bench.routing", mode, str(s), str(n)],
+            r = subprocess.run([sys.executable, "-m", "bench.shared", mode, str(s), str(n)],
                                cwd=here, capture_output=True, text=True, timeout=900)
             if r.returncode != 0:
                 rows.append({"mode": mode, "S": s, "note": r.stderr.strip().splitlines()[-1:]})
@@ -226,7 +226,7 @@ def run(opts) -> list[dict]:
             print(f"  {rows[-1]}", flush=True)
     base = {(r["mode"]): r for r in rows if r.get("S") == svals[0] and "rate" in r}
     for r in rows:
-        b = base.get("routed")
+        b = base.get("shared")
         if "rate" in r and b:
             r["rate_x_s1"] = r["rate"] / b["rate"]
             r["cpu_x_s1"] = r["cpu_us"] / b["cpu_us"]
@@ -237,22 +237,22 @@ def run(opts) -> list[dict]:
     cols = [report.Column("mode", "mode"), report.Column("S", "S"),
             report.Column("rate", "msgs/s", fmt=report.fmt_rate),
             report.Column("x_pyzmq", "x pyzmq+dict", fmt=report.fmt_ratio),
-            report.Column("rate_x_s1", "rate x S=1 routed", fmt=report.fmt_ratio),
+            report.Column("rate_x_s1", "rate x S=1 shared", fmt=report.fmt_ratio),
             report.Column("cpu_us", "CPU us/msg", fmt=report.fmt_num),
             report.Column("cpu_x_s1", "CPU x S=1", fmt=report.fmt_ratio),
             report.Column("threads", "threads"), report.Column("fds", "fds"),
             report.Column("rss_per_sub_kb", "KB/sub", fmt=report.fmt_num),
             report.Column("exact", "exact"), report.Column("note", "note")]
-    report.print_table(rows, cols, title=f"routing: S subscriptions on one tcp endpoint, "
+    report.print_table(rows, cols, title=f"shared: S subscriptions on one tcp endpoint, "
                                           f"{n:,} messages round-robin, queued first")
-    top = max((r for r in rows if r["mode"] == "routed" and "rate" in r), key=lambda r: r["S"],
+    top = max((r for r in rows if r["mode"] == "shared" and "rate" in r), key=lambda r: r["S"],
               default=None)
     if top is not None:
-        print(report.target_line(f"routed S={top['S']:,} / routed S={svals[0]}: rate",
+        print(report.target_line(f"shared S={top['S']:,} / shared S={svals[0]}: rate",
                                  top.get("rate_x_s1"), ">=", 0.9))
-        print(report.target_line(f"routed S={top['S']:,} / pyzmq+dict: rate",
+        print(report.target_line(f"shared S={top['S']:,} / pyzmq+dict: rate",
                                  top.get("x_pyzmq"), ">=", 1.8))
-        print(report.target_line(f"routed S={top['S']:,} / routed S={svals[0]}: CPU per message",
+        print(report.target_line(f"shared S={top['S']:,} / shared S={svals[0]}: CPU per message",
                                  top.get("cpu_x_s1"), "<=", 1.1))
     return rows
 
