@@ -308,6 +308,15 @@ class Scenario:
             sub.expect("ready")
         self.wait_proxy_subscribed()
 
+    def lossless_rate(self, seconds: float) -> float:
+        """Messages a second per publisher for a run of ``seconds`` that must
+        lose nothing however busy the machine is: both publishers' whole
+        flood fits in 40% of the proxy's high-water mark (the rest is room
+        for the trickle at the end), so no process starved of CPU, however
+        long, can overflow a queue.  What the links carry at full rate is the
+        benchmark's to measure, not a test's."""
+        return 0.4 * self.proxy_hwm / (2 * seconds)
+
     def wait_proxy_subscribed(self, timeout: float = WAIT) -> None:
         """Until both subscribers' two prefixes have reached the proxy (a
         publisher connecting later gets them from it)."""
