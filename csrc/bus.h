@@ -398,8 +398,8 @@ typedef struct uc_prefix_copies {
                              each prefix's message, 128 bytes) */
 } uc_prefix_copies;
 
-/* Any thread; all 0 for a PULL socket.  A subscription on a shared socket
- * reports that socket's. */
+/* Any thread; all 0 for a PULL socket and a finished subscription.  A
+ * subscription on a shared socket reports that socket's while it is open. */
 void uc_sub_prefix_copies(uc_sub *sub, uc_prefix_copies *out);
 
 /* Thread mode, opened with start_held: let the loop run.  Any thread, once;

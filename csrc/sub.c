@@ -578,7 +578,9 @@ int uc_sub_source_is_ours(const uc_sub *s)
 void uc_sub_prefix_copies(uc_sub *s, uc_prefix_copies *out)
 {
     memset(out, 0, sizeof *out);
-    if (s && s->ops->prefix_copies)
+    /* A finished subscription holds none: its socket is gone, or (on a
+     * shared socket) is the other subscriptions'. */
+    if (s && s->ops->prefix_copies && !atomic_load_explicit(&s->finished, memory_order_acquire))
         s->ops->prefix_copies(s, out);
 }
 

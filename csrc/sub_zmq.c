@@ -1034,8 +1034,6 @@ static struct uc_streams *zmq_streams(uc_sub *s)
 static void zmq_prefix_copies(uc_sub *s, uc_prefix_copies *out)
 {
     zmq_source *z = (zmq_source *)s;
-    if (atomic_load_explicit(&s->finished, memory_order_acquire))
-        return; /* the socket and its queues are gone: all 0 */
     int peers = atomic_load_explicit(&z->mon.peers, memory_order_relaxed);
     int down = atomic_load_explicit(&z->n_down, memory_order_relaxed);
     out->prefixes = atomic_load_explicit(&z->prefixes, memory_order_relaxed);

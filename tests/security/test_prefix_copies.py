@@ -68,3 +68,15 @@ def test_pull_holds_no_prefix():
         wait_for(lambda: pull.peers == 1)
         assert _copies(pull) == (0, 0)
         push.close()
+
+
+def test_a_closed_subscription_holds_no_copy_while_its_shared_socket_stays_open():
+    with upcall.Bus() as bus:
+        pub = bus.publisher("tcp://127.0.0.1:*", bind=True)
+        bystander = bus.subscribe(pub.last_endpoint, lambda m: None, topics=[b"b"])
+        sub = bus.subscribe(pub.last_endpoint, lambda m: None, topics=PREFIXES)
+        wait_for(lambda: _copies(sub)[0] == 1, what="the shared socket connected")
+        sub.close()
+        assert _copies(sub) == (0, 0)
+        assert _copies(bystander)[0] == 1          # the socket's own copy remains
+        bystander.close()
