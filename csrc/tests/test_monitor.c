@@ -252,18 +252,7 @@ static int test_terminating_context_does_not_stall_others(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(tcp_thread),
-    TEST(ipc_thread),
-    TEST(tcp_caller),
-    TEST(refused_connect_retried),
-    TEST(unresolvable_connect_retried),
-    TEST(subscription_messages_read_without_sends),
-    TEST(inproc_is_not_monitored),
-    TEST(terminating_context_does_not_stall_others),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(fixtures_main,
+    TEST(tcp_thread), TEST(ipc_thread), TEST(tcp_caller), TEST(refused_connect_retried),
+    TEST(unresolvable_connect_retried), TEST(subscription_messages_read_without_sends),
+    TEST(inproc_is_not_monitored), TEST(terminating_context_does_not_stall_others))

@@ -456,14 +456,8 @@ static int test_wait_subscriptions_shutdown(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(publisher), TEST(publisher_hwm_and_threads), TEST(try_send),
     TEST(bus_shutdown_wakes_a_blocked_send), TEST(sub_close_wakes_send_in_deliver),
-    TEST(sub_close_wakes_send_in_deliver_caller_mode), TEST(cap_linger),
-    TEST(wait_subscriptions), TEST(wait_subscriptions_shutdown),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(sub_close_wakes_send_in_deliver_caller_mode), TEST(cap_linger), TEST(wait_subscriptions),
+    TEST(wait_subscriptions_shutdown))

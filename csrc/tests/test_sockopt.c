@@ -269,12 +269,6 @@ static int test_option_effect_handshake_ivl(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(open_errors), TEST(curve), TEST(options_read_back), TEST(options_refused),
-    TEST(option_effect_immediate), TEST(option_effect_handshake_ivl),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(option_effect_immediate), TEST(option_effect_handshake_ivl))

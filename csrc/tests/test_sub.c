@@ -601,15 +601,9 @@ static int test_stats(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(wake), TEST(caller_mode), TEST(poll_thread_mode_busy), TEST(caller_close_other_thread),
     TEST(caller_free_in_callback), TEST(caller_stop_return), TEST(close_in_callback),
     TEST(free_in_callback), TEST(stop_return), TEST(free_before_end), TEST(close_timeout),
-    TEST(factories), TEST(factory_fails_after_arranging), TEST(entry_never_comes),
-    TEST(poll_some), TEST(stats),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(factories), TEST(factory_fails_after_arranging), TEST(entry_never_comes), TEST(poll_some),
+    TEST(stats))

@@ -377,17 +377,11 @@ static int test_optional_ops_left_out(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(run_tests,
     {"count, thread mode, ends by itself", test_count_thread_mode},
     {"no count: runs until closed", test_unlimited_close},
     {"deliver returning non-zero stops", test_deliver_stops}, {"caller mode", test_caller_mode},
     {"caller mode, a paused deliver", test_caller_pause}, {"paced, latencies", test_paced},
     {"paced, bounded backlog drops", test_paced_backlog_drops},
     {"close wakes a paced sleep", test_close_while_sleeping}, {"bad arguments", test_bad_args},
-    {"the optional ops it leaves out", test_optional_ops_left_out},
-};
-
-int main(void)
-{
-    return run_tests(tests, TEST_COUNT(tests));
-}
+    {"the optional ops it leaves out", test_optional_ops_left_out})

@@ -1206,20 +1206,13 @@ static int test_endpoint_down_queue_bounded(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(push_pull_inproc), TEST(push_pull_ipc), TEST(push_pull_tcp), TEST(pub_sub_inproc),
     TEST(pub_sub_ipc), TEST(pub_sub_tcp), TEST(large_frames), TEST(frames), TEST(frames_batch),
     TEST(rest_after_pause), TEST(rest_dropped_on_stop_and_close), TEST(rest_thread_mode),
     TEST(several_endpoints_bound), TEST(several_endpoints_connected),
-    TEST(several_endpoints_errors), TEST(topics_at_run_time),
-    TEST(topics_queued_while_busy_thread), TEST(topics_queued_while_busy_caller),
-    TEST(topics_caller_idle), TEST(topics_inside_deliver_thread),
-    TEST(topics_inside_deliver_caller), TEST(topics_loop_ends_first), TEST(topics_arguments),
-    TEST(many_topics_sub_connects_tcp), TEST(many_topics_sub_binds_ipc), TEST(start_held),
-    TEST(endpoint_down_queue_bounded),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(several_endpoints_errors), TEST(topics_at_run_time), TEST(topics_queued_while_busy_thread),
+    TEST(topics_queued_while_busy_caller), TEST(topics_caller_idle),
+    TEST(topics_inside_deliver_thread), TEST(topics_inside_deliver_caller),
+    TEST(topics_loop_ends_first), TEST(topics_arguments), TEST(many_topics_sub_connects_tcp),
+    TEST(many_topics_sub_binds_ipc), TEST(start_held), TEST(endpoint_down_queue_bounded))
