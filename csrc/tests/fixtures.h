@@ -422,6 +422,23 @@ static inline int open_pull_push(coll *c, size_t batch, int mode, uc_sub **s, uc
     return 0;
 }
 
+/* The end of a test on such a pair (or any subscription, publisher and
+ * collector): free s, close p, release c. */
+static inline void free_pull_push(coll *c, uc_sub *s, uc_pub *p)
+{
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(c);
+}
+
+/* The same after closing s, which must succeed: 0, or 1 as a test. */
+static inline int close_pull_push(coll *c, uc_sub *s, uc_pub *p)
+{
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    free_pull_push(c, s, p);
+    return 0;
+}
+
 /* ---- the program around the tests ------------------------------------- */
 
 /* g_tmpdir and g_bus for the tests; 0, or 2 (a message printed). */

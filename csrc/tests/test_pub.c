@@ -105,11 +105,7 @@ static int test_publisher_hwm_and_threads(void)
     }
     for (int i = 0; i < T; i++)
         CHECK_EQ(next[i], N);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 static void *blocking_send_thread(void *p)
@@ -163,11 +159,7 @@ static int test_try_send(void)
     CHECK(r->plen == 4 && memcmp(r->payload, "last", 4) == 0);
     uc_pub_shutdown(p);
     CHECK_EQ(uc_pub_try_send(p, "t", 1, "x", 1), UC_ERR_CLOSED);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* ---- what wakes a blocked sender -------------------------------------- */

@@ -100,9 +100,7 @@ static int test_curve(void)
     CHECK(coll_wait(&c, 10));
     CHECK(rec_is(&c.recs[9], "sec", "ret"));
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     /* A bad key is refused at open. */
     so.curve.secretkey = "short";
     CHECK(uc_sub_open(g_bus, &so, &err) == NULL);

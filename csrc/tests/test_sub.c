@@ -25,11 +25,7 @@ static int test_wake(void)
     CHECK_EQ(send_str(p, "", "after"), UC_OK);
     CHECK(coll_wait(&c, 1));
     CHECK(rec_is(&c.recs[0], "", "after"));
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Caller mode: timeout, max_messages, exact batch sizes of a queued flood,
@@ -75,9 +71,7 @@ static int test_caller_mode(void)
     uc_stats st;
     uc_sub_stats(s, &st);
     CHECK_EQ(st.received, 101);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -170,9 +164,7 @@ static int test_caller_close_other_thread(void)
     CHECK(pl2.rc == UC_OK || pl2.rc == UC_ERR_CLOSED);
     CHECK(uc_sub_finished(s2));
     uc_sub_free(s2);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -212,11 +204,7 @@ static int test_caller_stop_return(void)
     CHECK_EQ(d, 3);
     CHECK(uc_sub_finished(s));
     CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_CLOSED);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Thread mode: close from inside the callback requests the stop, returns
@@ -239,9 +227,7 @@ static int test_close_in_callback(void)
     CHECK(uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 1);
     CHECK(pthread_equal(c.deliver_thread, c.exit_thread));
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -283,11 +269,7 @@ static int test_stop_return(void)
     uc_sub_stats(s, &st);
     CHECK_EQ(st.received, 5);
     CHECK_EQ(st.batches, 5);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Thread mode: free without close, while the loop runs (idle in zmq_poll
@@ -343,9 +325,7 @@ static int test_close_timeout(void)
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     CHECK(uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 1); /* on_exit ran before close returned */
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -493,11 +473,7 @@ static int test_factory_fails_after_arranging(void)
     CHECK(p);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     CHECK(coll_wait(&c, 1));
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* A start that succeeded but whose entry has not come: close, or free
@@ -561,11 +537,7 @@ static int test_poll_some(void)
     CHECK_EQ(uc_sub_poll_some(s, -1, 0, &d), UC_OK); /* no limit: returns with it */
     CHECK_EQ(d, 1);
     CHECK_EQ(recs_numbered(&c, 11), 0);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Stats: received/batches from the core, the rest added by the upper layer. */
@@ -594,11 +566,7 @@ static int test_stats(void)
     CHECK_EQ(st.decode_errors, 2);
     CHECK_EQ(st.callback_errors, 1);
     CHECK_EQ(st.dropped, 3);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 TEST_PROGRAM(fixtures_main,

@@ -57,9 +57,7 @@ static int push_pull(int transport)
     CHECK_EQ(st.received, N);
     CHECK_EQ(st.batches, c.batches);
     CHECK_EQ(st.dropped, 0);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -145,9 +143,7 @@ static int pub_sub(int transport)
     CHECK(rec_is(&c.recs[i], "b.end", "end"));
     CHECK_EQ(i + 1, c.n);
     CHECK(c.max_batch <= 16);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -785,9 +781,7 @@ static int test_topics_at_run_time(void)
     /* Made before the close: still made; new ones are refused. */
     CHECK_EQ(uc_sub_wait_topics(s, t, 0), UC_OK);
     CHECK_EQ(uc_sub_subscribe(s, "d", 1, &t), UC_ERR_CLOSED);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -843,9 +837,7 @@ static int topics_queued_while_busy(int mode)
     } else {
         CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     }
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -872,11 +864,7 @@ static int test_topics_caller_idle(void)
         size_t got;
         CHECK_EQ(uc_sub_poll(s, 2, 0, &got), UC_OK);
     }
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* From inside deliver, on the socket's own thread: made at once, and
@@ -970,11 +958,7 @@ static int test_topics_loop_ends_first(void)
     pthread_mutex_unlock(&c.mu);
     CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_ERR_CLOSED);
     CHECK_EQ(c.cb_close_rc, UC_OK);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Only a SUB socket has prefixes; bad arguments. */
@@ -1000,11 +984,7 @@ static int test_topics_arguments(void)
     CHECK(open_pub_sub(&c, "a.", MODE_THREAD, &s, &p) == 0);
     CHECK_EQ(uc_sub_subscribe(s, NULL, 3, &t), UC_ERR_ARG);
     CHECK_EQ(uc_sub_wait_topics(s, 1, 0), UC_ERR_ARG); /* never given */
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* A SUB with three times libzmq's default ZMQ_SNDHWM of prefixes: every
@@ -1046,11 +1026,7 @@ static int many_topics(int transport, int sub_binds)
     }
     CHECK_EQ(uc_pub_wait_subscriptions(p, N, WAIT_MS, &count), UC_OK);
     CHECK_EQ(count, N);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 static int test_many_topics_sub_connects_tcp(void) { return many_topics(T_TCP, 0); }
@@ -1094,9 +1070,7 @@ static int test_start_held(void)
     CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* never made ready: must not hang */
     CHECK_EQ(atomic_load(&c2.exits), 1);
     CHECK_EQ(coll_count(&c2), 0);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     coll_fini(&c2);
     return 0;
 }
