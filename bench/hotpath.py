@@ -12,9 +12,10 @@ difference by the difference in N, so start-up and teardown cancel out.
         python bench/hotpath.py {sub-map|sub-map-own} func N
 
 tcp-map: the zmq-map flood over tcp on 127.0.0.1; -stamped: the publisher
-made with stamp=True (a marker frame per message, checked by the
-subscriber: docs/wire.md, "Stamps"); tcp-coalesced: the flood sent with
-send_many in batches of 64 (one marker per batch when stamped).
+made with stamp=True (each message's stamp at the end of its topic, read
+and cut off by the subscriber: docs/wire.md, "Stamps"); tcp-coalesced: the
+flood sent with send_many in batches of 64 (one marker per batch when
+stamped).
 
 shared:S: S subscriptions on one shared SUB socket (bus.subscribe(),
 csrc/sub_shared.c), prefixes r00000. .. on one inproc endpoint, each with its own

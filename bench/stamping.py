@@ -127,6 +127,8 @@ def run(opts) -> list[dict]:
         report.Column("rate_min", "min", fmt=report.fmt_rate),
         report.Column("rate_max", "max", fmt=report.fmt_rate),
         report.Column("cpu_us", "CPU us/msg", fmt=lambda v: f"{v:.3f}"),
+        report.Column("cpu_us_min", "CPU min", fmt=lambda v: f"{v:.3f}"),
+        report.Column("cpu_us_max", "CPU max", fmt=lambda v: f"{v:.3f}"),
         report.Column("cpu_x", "CPU x unstamped", fmt=x3, align=">"),
         report.Column("rate_x", "rate x unstamped", fmt=x3, align=">"),
     ], title=f"stamping: {n:,} messages of 77 bytes per run, PUSH -> PULL over tcp loopback in "
