@@ -40,6 +40,26 @@ static inline int passed(const struct timespec *d)
     return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
 }
 
+/* A uc_sub_poll(sub, timeout_ms, max, ...) that poll_thread runs on a thread
+ * of its own: its status in rc, what it delivered, and done set once it has
+ * returned. */
+typedef struct {
+    uc_sub *sub;
+    int timeout_ms;
+    size_t max;
+    int rc;
+    size_t delivered;
+    atomic_int done;
+} poller;
+
+static inline void *poll_thread(void *arg)
+{
+    poller *pl = arg;
+    pl->rc = uc_sub_poll(pl->sub, pl->timeout_ms, pl->max, &pl->delivered);
+    atomic_store(&pl->done, 1);
+    return NULL;
+}
+
 /* Poll an atomic counter until it reaches target (or the deadline). */
 static inline int wait_atomic(atomic_int *c, int target)
 {

@@ -229,19 +229,6 @@ static int send_from_deliver(void *ctx, const uc_msg *batch, size_t n, size_t *c
     return 0;
 }
 
-typedef struct {
-    uc_sub *sub;
-    int rc;
-} poller;
-
-static void *poll_thread(void *p)
-{
-    poller *pl = p;
-    size_t d;
-    pl->rc = uc_sub_poll(pl->sub, WAIT_MS, 1, &d);
-    return NULL;
-}
-
 /* Closing a subscription wakes a send blocked inside its own deliver
  * (UC_ERR_STOPPING): the close does not wait for a peer that may never
  * come.  A plain uc_sub_wake does not end the send. */
@@ -268,7 +255,7 @@ static int sub_close_wakes_send_in_deliver(int caller_mode)
     uc_pub *in = uc_pub_open(g_bus, &po, &err);
     CHECK(in);
     CHECK_EQ(send_str(in, "t", "go"), UC_OK);
-    poller pl = {.sub = s};
+    poller pl = {.sub = s, .timeout_ms = WAIT_MS, .max = 1};
     pthread_t t;
     if (caller_mode)
         CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);

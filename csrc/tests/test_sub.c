@@ -94,21 +94,6 @@ static int test_poll_thread_mode_busy(void)
     return 0;
 }
 
-typedef struct {
-    uc_sub *sub;
-    int rc;
-    size_t delivered;
-    atomic_int done;
-} poller;
-
-static void *poll_thread(void *p)
-{
-    poller *pl = p;
-    pl->rc = uc_sub_poll(pl->sub, -1, 0, &pl->delivered);
-    atomic_store(&pl->done, 1);
-    return NULL;
-}
-
 /* Caller mode: close from another thread wakes a poll without timeout; a
  * second poller is BUSY meanwhile; close with a timeout while the callback
  * is stuck times out. */
@@ -126,7 +111,7 @@ static int test_caller_close_other_thread(void)
     uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
     uc_pub *p = uc_pub_open(g_bus, &po, &err);
     CHECK(p);
-    poller pl = {.sub = s};
+    poller pl = {.sub = s, .timeout_ms = -1};
     pthread_t t;
     c.gate = 1;
     CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
@@ -156,7 +141,7 @@ static int test_caller_close_other_thread(void)
     so.endpoint = ep2;
     s2 = uc_sub_open(g_bus, &so, &err);
     CHECK(s2);
-    poller pl2 = {.sub = s2};
+    poller pl2 = {.sub = s2, .timeout_ms = -1};
     CHECK(pthread_create(&t, NULL, poll_thread, &pl2) == 0);
     /* Whether the close lands before or during the poll, it must end. */
     CHECK_EQ(uc_sub_close(s2, -1), UC_OK);

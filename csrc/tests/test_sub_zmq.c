@@ -788,19 +788,6 @@ static int test_topics_at_run_time(void)
 /* While a target is stuck the change waits in the queue (the waiter times
  * out); once the target returns, the loop makes it before its next batch.
  * Thread mode and a caller-mode poll running on another thread alike. */
-typedef struct {
-    uc_sub *sub;
-    int rc;
-} poll_job;
-
-static void *poll_long(void *arg)
-{
-    poll_job *j = arg;
-    size_t d;
-    j->rc = uc_sub_poll(j->sub, WAIT_MS, 0, &d);
-    return NULL;
-}
-
 static int topics_queued_while_busy(int mode)
 {
     coll c;
@@ -811,10 +798,10 @@ static int topics_queued_while_busy(int mode)
     pthread_mutex_lock(&c.mu); /* the loop reads it under c.mu */
     c.gate = 1;
     pthread_mutex_unlock(&c.mu);
-    poll_job job = {.sub = s};
-    pthread_t poller;
+    poller job = {.sub = s, .timeout_ms = WAIT_MS};
+    pthread_t poll_th;
     if (mode == MODE_CALLER)
-        CHECK(pthread_create(&poller, NULL, poll_long, &job) == 0);
+        CHECK(pthread_create(&poll_th, NULL, poll_thread, &job) == 0);
     CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
     /* The PUB may drop until the SUB has joined: send until one is in. */
     CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
@@ -832,7 +819,7 @@ static int topics_queued_while_busy(int mode)
     CHECK(publish_until_seen(p, &c, "b.sync") == 0);
     if (mode == MODE_CALLER) {
         CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-        pthread_join(poller, NULL);
+        pthread_join(poll_th, NULL);
         CHECK(job.rc == UC_OK);
     } else {
         CHECK_EQ(uc_sub_close(s, -1), UC_OK);
