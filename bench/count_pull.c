@@ -46,30 +46,26 @@ int main(int argc, char **argv)
     int rc = floor_rx_open(&rx, argc, argv, "count_pull ENDPOINT N");
     if (rc != 0)
         return rc;
-    long n = rx.n;
     printf("ready\n");
     fflush(stdout);
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
     long delivered = 0, zmq_messages = 0, bad = 0;
     int frame = 0;
-    while (delivered < n) {
-        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
+    while (delivered < rx.n) {
+        if (zmq_msg_recv(&rx.msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
         if (frame == 1) {                           /* [topic, payload, ...]: the payload */
             int b = 0;
-            delivered += count_payload(zmq_msg_data(&msg), zmq_msg_size(&msg), &b);
+            delivered += count_payload(zmq_msg_data(&rx.msg), zmq_msg_size(&rx.msg), &b);
             bad += b;
         }
         frame++;
-        if (!zmq_msg_more(&msg)) {
+        if (!zmq_msg_more(&rx.msg)) {
             if (frame == 1)
                 delivered++;                        /* a single-frame message */
             frame = 0;
             zmq_messages++;
         }
     }
-    zmq_msg_close(&msg);
     printf("{\"delivered\": %ld, \"zmq_messages\": %ld, \"bad\": %ld}\n",
            delivered, zmq_messages, bad);
     fflush(stdout);

@@ -40,16 +40,18 @@ static inline long floor_count(int argc, char **argv, int want, const char *usag
     return atol(argv[2]);
 }
 
-/* A receiving floor's context and socket, and N. */
+/* A receiving floor's context and socket, N, and the one zmq_msg_t every
+ * frame is received into. */
 typedef struct {
     void *ctx, *sock;
     long n;
+    zmq_msg_t msg;
 } floor_rx;
 
 /* The start of a receiving floor's main, "PROG ENDPOINT N": a PULL bound to
  * ENDPOINT with no linger, no high-water mark (the peer's flood queues
- * whole) and receives that give up after STALL_MS.  0, or the exit status
- * (2: usage, 1: the bind failed), a line printed. */
+ * whole) and receives that give up after STALL_MS, and rx->msg ready.  0,
+ * or the exit status (2: usage, 1: the bind failed), a line printed. */
 static inline int floor_rx_open(floor_rx *rx, int argc, char **argv, const char *prog)
 {
     rx->n = floor_count(argc, argv, 3, prog);
@@ -65,11 +67,13 @@ static inline int floor_rx_open(floor_rx *rx, int argc, char **argv, const char 
         fprintf(stderr, "%s: bind %s: %s\n", argv[0], argv[1], zmq_strerror(zmq_errno()));
         return 1;
     }
+    zmq_msg_init(&rx->msg);
     return 0;
 }
 
 static inline void floor_rx_close(floor_rx *rx)
 {
+    zmq_msg_close(&rx->msg);
     zmq_close(rx->sock);
     zmq_ctx_term(rx->ctx);
 }

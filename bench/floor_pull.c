@@ -20,14 +20,12 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
     long n = rx.n;
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
     long delivered = 0;
     double t0 = 0, c0 = 0, t1 = 0, c1 = 0;
     while (delivered < n) {
-        if (zmq_msg_recv(&msg, rx.sock, 0) < 0)
+        if (zmq_msg_recv(&rx.msg, rx.sock, 0) < 0)
             break;                                  /* stalled (or interrupted) */
-        if (zmq_msg_more(&msg))
+        if (zmq_msg_more(&rx.msg))
             continue;                               /* a message ends with its last frame */
         delivered++;
         if (delivered == 1) {
@@ -37,7 +35,6 @@ int main(int argc, char **argv)
     }
     t1 = now_s();
     c1 = cpu_s();
-    zmq_msg_close(&msg);
     printf("{\"delivered\": %ld, \"seconds\": %.9f, \"cpu\": %.9f}\n",
            delivered, delivered > 1 ? t1 - t0 : 0.0, delivered > 1 ? c1 - c0 : 0.0);
     fflush(stdout);

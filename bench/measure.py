@@ -39,7 +39,29 @@ __all__ = [
     "cpu_busy", "busy_fraction", "wait_for_idle", "set_idle_budget", "idle_budget_spent",
     "LoadMonitor", "RunInfo", "run_stable",
     "interleave", "percentile", "Summary", "summarize", "pinned",
+    "add_messages_argument", "run_size",
 ]
+
+#: A section sized by ``--<section>-messages``: messages per run under
+#: --quick, by default and under --full, and runs of each variant likewise.
+RUN_MESSAGES = (20_000, 200_000, 1_000_000)
+RUN_REPEATS = (1, 3, 5)
+
+
+def add_messages_argument(parser, section: str) -> None:
+    """The ``--<section>-messages N`` option, whose default is :data:`RUN_MESSAGES`."""
+    quick, default, full = RUN_MESSAGES
+    parser.add_argument(f"--{section}-messages", type=int, default=None, metavar="N",
+                        help=f"messages per {section} run (default {default:,}; "
+                             f"--quick {quick:,}; --full {full:,})")
+
+
+def run_size(opts, section: str) -> tuple[int, int]:
+    """(messages per run, runs of each variant) for a section sized by
+    :func:`add_messages_argument`: its option if given, else by --quick/--full."""
+    size = 0 if opts.quick else 2 if opts.full else 1
+    return getattr(opts, f"{section}_messages") or RUN_MESSAGES[size], RUN_REPEATS[size]
+
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 NCPU = os.cpu_count() or 1

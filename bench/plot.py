@@ -25,6 +25,8 @@ import re
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
+from bench.report import fmt_scaled
+
 __all__ = ["plot", "figures", "figure_path"]
 
 #: Metrics drawn per section: (field, axis label, whether lower is better).
@@ -144,25 +146,14 @@ def _axis_formatter():
     from matplotlib.ticker import FuncFormatter
 
     def fmt(v, _pos):
-        a = abs(v)
-        if a >= 1e6:
-            return f"{v / 1e6:g}M"
-        if a >= 1e4:
-            return f"{v / 1e3:g}k"
-        return f"{v:g}"
+        return fmt_scaled(v, ((1e6, 1e6, "g", "M"), (1e4, 1e3, "g", "k")), "g")
     return FuncFormatter(fmt)
 
 
 def _value_text(v: float) -> str:
     """A bar's value as the tables write it: 13.0M, 250k, 1090, 11.3."""
-    a = abs(v)
-    if a >= 1e6:
-        return f"{v / 1e6:.1f}M"
-    if a >= 1e4:
-        return f"{v / 1e3:.0f}k"
-    if a >= 100:
-        return f"{v:.0f}"
-    return f"{v:.3g}"
+    return fmt_scaled(v, ((1e6, 1e6, ".1f", "M"), (1e4, 1e3, ".0f", "k"), (100, 1, ".0f", "")),
+                      ".3g")
 
 
 def _clip_outliers(ax, values: Sequence[float], bars: Sequence[tuple[float, float]]) -> None:

@@ -27,7 +27,8 @@ import time
 
 from bench import report
 from bench.floors import c_program
-from bench.measure import _pid_cpu, interleave, summarize, wait_for_idle
+from bench.measure import (_pid_cpu, add_messages_argument, interleave, run_size, summarize,
+                           wait_for_idle)
 
 VARIANTS = ("upcall proxy", "c-zmq_proxy")
 PAYLOAD = 64
@@ -35,9 +36,7 @@ TIMEOUT = 120.0
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--proxy-messages", type=int, default=None, metavar="N",
-                        help="messages per proxy run (default 200,000; --quick 20,000; "
-                             "--full 1,000,000)")
+    add_messages_argument(parser, "proxy")
 
 
 def _start_forwarder(variant: str) -> tuple[subprocess.Popen, str, str]:
@@ -88,8 +87,7 @@ def run_one(variant: str, n: int) -> dict:
 
 
 def run(opts) -> list[dict]:
-    n = opts.proxy_messages or (20_000 if opts.quick else 1_000_000 if opts.full else 200_000)
-    repeats = 1 if opts.quick else 5 if opts.full else 3
+    n, repeats = run_size(opts, "proxy")
     results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for _, variant in interleave(VARIANTS, repeats, order="mirror"):
         wait_for_idle(timeout=0 if opts.quick else 30)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["Column", "render", "print_table", "ratio", "fmt_rate", "fmt_num",
-           "fmt_ratio", "fmt_range", "range_header", "fmt_us", "target_line", "target_met", "WIDTH",
+           "fmt_ratio", "fmt_range", "range_header", "fmt_us", "fmt_scaled", "target_line",
+           "target_met", "WIDTH",
            "MET", "MISSED", "NO_FIGURE", "JUDGE", "NOT_JUDGED"]
 
 MISSING = "-"
@@ -69,30 +70,36 @@ def fmt_num(v: Any, digits: int = 2) -> str:
     return f"{v:.{digits}f}"
 
 
+def fmt_scaled(v: Any, steps: Sequence[tuple[float, float, str, str]], rest: str) -> str:
+    """``v`` written by the first ``(at_least, divisor, spec, suffix)`` of
+    ``steps`` its size reaches (``v / divisor`` in ``spec``, then ``suffix``),
+    else in the format ``rest``: the one rule behind the tables' and the
+    plots' numbers."""
+    a = abs(v)
+    for at_least, divisor, spec, suffix in steps:
+        if a >= at_least:
+            return f"{v / divisor if divisor != 1 else v:{spec}}{suffix}"
+    return f"{v:{rest}}"
+
+
+#: Events per second: 1.23M, 456k, 1.2k, 12.3.
+RATE_STEPS = ((1e6, 1e6, ".2f", "M"), (1e4, 1e3, ".0f", "k"), (1e3, 1e3, ".1f", "k"))
+#: Microseconds: 153, 12.4, 0.83.
+US_STEPS = ((100, 1, ".0f", ""), (10, 1, ".1f", ""))
+
+
 def fmt_rate(v: Any) -> str:
     """An events-per-second figure with a k/M suffix: 1.23M, 456k, 12.3."""
     if _missing(v):
         return MISSING
-    a = abs(v)
-    if a >= 1e6:
-        return f"{v / 1e6:.2f}M"
-    if a >= 1e4:
-        return f"{v / 1e3:.0f}k"
-    if a >= 1e3:
-        return f"{v / 1e3:.1f}k"
-    return f"{v:.1f}"
+    return fmt_scaled(v, RATE_STEPS, ".1f")
 
 
 def fmt_us(v: Any) -> str:
     """Microseconds with sensible precision: 0.83, 12.4, 153."""
     if _missing(v):
         return MISSING
-    a = abs(v)
-    if a >= 100:
-        return f"{v:.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
+    return fmt_scaled(v, US_STEPS, ".2f")
 
 
 def fmt_ratio(v: Any) -> str:

@@ -30,7 +30,7 @@ import time
 
 from bench import report
 from bench.floors import c_program
-from bench.measure import interleave, summarize, wait_for_idle
+from bench.measure import add_messages_argument, interleave, run_size, summarize, wait_for_idle
 
 #: (row, what it is stamped against): the C rows compare with ``c plain``.
 ROWS = (("c plain", None), ("c +frame", "c plain"), ("c topic-stamp", "c plain"),
@@ -42,9 +42,7 @@ TIMEOUT = 300.0
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--stamping-messages", type=int, default=None, metavar="N",
-                        help="messages per stamping run (default 200,000; --quick 20,000; "
-                             "--full 1,000,000)")
+    add_messages_argument(parser, "stamping")
 
 
 def _cpu() -> float:
@@ -104,8 +102,7 @@ def run_one(row: str, n: int) -> dict:
 
 
 def run(opts) -> list[dict]:
-    n = opts.stamping_messages or (20_000 if opts.quick else 1_000_000 if opts.full else 200_000)
-    repeats = 1 if opts.quick else 5 if opts.full else 3
+    n, repeats = run_size(opts, "stamping")
     names = [r for r, _ in ROWS]
     results: dict[str, list[dict]] = {r: [] for r in names}
     for _, row in interleave(names, repeats, order="mirror"):

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+import upcall
 from helpers import DEADLINE
 
 try:
@@ -30,6 +31,14 @@ def run(kind, coro):
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+
+def run_on_bus(kind, endpoint, body):
+    """run(kind, body(bus, endpoint)) with a new Bus, closed once body ends."""
+    async def main():
+        with upcall.Bus() as bus:
+            return await body(bus, endpoint)
+    return run(kind, main())
 
 
 async def until(predicate, what, timeout=DEADLINE):

@@ -5,6 +5,7 @@ fail after a generous deadline" (DEADLINE seconds); normally they return in
 milliseconds.
 """
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import re
@@ -352,10 +353,12 @@ def run_to_end(sub, mode):
         assert sub.wait(DEADLINE)
 
 
-def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
-    """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
-    subscription (ipc, bound here) in ``mode``; wait for the good message.
-    Returns (delivered, errors passed to on_error, the subscription's stats)."""
+@contextlib.contextmanager
+def pushed_pull(zctx, endpoint, mode, **subscribe_kw):
+    """On a new Bus, a PULL subscription bound to ``endpoint`` in ``mode``
+    that collects into a Collector and its decode errors into a list, and a
+    pyzmq PUSH connected to it: yields (collector, errors, sub, pump, push),
+    pump None unless ``mode`` is "caller"."""
     import upcall
     col = Collector()
     errors = []
@@ -364,7 +367,14 @@ def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subs
                             on_error=lambda exc, raw: errors.append(exc),
                             **subscribe_kw, **mode_kwargs(mode))
         pump = make_pump(sub) if mode == "caller" else None
-        push = pyzmq_push(zctx, sub.last_endpoint)
+        yield col, errors, sub, pump, pyzmq_push(zctx, sub.last_endpoint)
+
+
+def decode_error_then_good(zctx, endpoint, mode, bad_frames, good_frames, **subscribe_kw):
+    """Send ``bad_frames`` then ``good_frames`` from a pyzmq PUSH to a PULL
+    subscription (ipc, bound here) in ``mode``; wait for the good message.
+    Returns (delivered, errors passed to on_error, the subscription's stats)."""
+    with pushed_pull(zctx, endpoint, mode, **subscribe_kw) as (col, errors, sub, pump, push):
         push.send_multipart(bad_frames)
         push.send_multipart(good_frames)
         col.wait(1, pump=pump)

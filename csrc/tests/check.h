@@ -42,7 +42,8 @@ static void run(const char *name, int (*fn)(void))
     }
 }
 
-/* A program's tests, run in order by run_tests (or fixtures_main). */
+/* A program's tests, run in order by run_tests (or fixtures_main); see
+ * TEST_PROGRAM. */
 typedef struct {
     const char *name;
     int (*fn)(void);
@@ -63,6 +64,17 @@ static inline int run_tests(const test_case *tests, size_t n)
         run(tests[i].name, tests[i].fn);
     return report();
 }
+
+/* A program's table of tests and its main, written once:
+ *   TEST_PROGRAM(run_tests, TEST(a), TEST(b))
+ * runs a then b with the runner named first (run_tests, or fixtures_main for
+ * tests on the shared bus) and exits with its status. */
+#define TEST_PROGRAM(runner, ...)                       \
+    static const test_case tests[] = {__VA_ARGS__};     \
+    int main(void)                                      \
+    {                                                   \
+        return runner(tests, TEST_COUNT(tests));        \
+    }
 
 static inline void sleep_ms(int ms)
 {

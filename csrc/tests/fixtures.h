@@ -40,6 +40,26 @@ static inline int passed(const struct timespec *d)
     return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
 }
 
+/* A uc_sub_poll(sub, timeout_ms, max, ...) that poll_thread runs on a thread
+ * of its own: its status in rc, what it delivered, and done set once it has
+ * returned. */
+typedef struct {
+    uc_sub *sub;
+    int timeout_ms;
+    size_t max;
+    int rc;
+    size_t delivered;
+    atomic_int done;
+} poller;
+
+static inline void *poll_thread(void *arg)
+{
+    poller *pl = arg;
+    pl->rc = uc_sub_poll(pl->sub, pl->timeout_ms, pl->max, &pl->delivered);
+    atomic_store(&pl->done, 1);
+    return NULL;
+}
+
 /* Poll an atomic counter until it reaches target (or the deadline). */
 static inline int wait_atomic(atomic_int *c, int target)
 {
@@ -419,6 +439,23 @@ static inline int open_pull_push(coll *c, size_t batch, int mode, uc_sub **s, uc
     uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
     *p = uc_pub_open(g_bus, &po, &err);
     CHECK(*p);
+    return 0;
+}
+
+/* The end of a test on such a pair (or any subscription, publisher and
+ * collector): free s, close p, release c. */
+static inline void free_pull_push(coll *c, uc_sub *s, uc_pub *p)
+{
+    uc_sub_free(s);
+    uc_pub_close(p);
+    coll_fini(c);
+}
+
+/* The same after closing s, which must succeed: 0, or 1 as a test. */
+static inline int close_pull_push(coll *c, uc_sub *s, uc_pub *p)
+{
+    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
+    free_pull_push(c, s, p);
     return 0;
 }
 

@@ -278,13 +278,7 @@ static int test_set_max_sockets(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(many_subscriptions), TEST(fanout_push), TEST(limit_with_waiting_connects),
     TEST(limit_with_closed_waiting_connects), TEST(limit_with_binds_and_subscriptions),
-    TEST(set_max_sockets),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(set_max_sockets))

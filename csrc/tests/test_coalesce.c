@@ -361,12 +361,6 @@ static int test_concurrent_senders(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(batches), TEST(boundaries_flush_close), TEST(flusher_sends_by_itself), TEST(arguments),
-    TEST(pending_never_waits), TEST(close_waiting_for_a_peer), TEST(concurrent_senders),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(pending_never_waits), TEST(close_waiting_for_a_peer), TEST(concurrent_senders))

@@ -577,18 +577,7 @@ static int test_wake_ups(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(producer_and_consumer),
-    TEST(full_queue_drops_and_counts),
-    TEST(end_during_a_wait),
-    TEST(wait_for_room_checks),
-    TEST(plain_and_slow),
-    TEST(one_topic_per_zmq_message),
-    TEST(decompressed_bytes_bound),
-    TEST(wake_ups),
-};
-
-int main(void)
-{
-    return run_tests(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(run_tests,
+    TEST(producer_and_consumer), TEST(full_queue_drops_and_counts), TEST(end_during_a_wait),
+    TEST(wait_for_room_checks), TEST(plain_and_slow), TEST(one_topic_per_zmq_message),
+    TEST(decompressed_bytes_bound), TEST(wake_ups))

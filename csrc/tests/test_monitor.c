@@ -30,6 +30,17 @@ static void count_event(void *ctx, const uc_event *ev)
         atomic_fetch_add(&c->retried_attempted, 1);
 }
 
+/* A PUSH publisher connecting to ep, its events counted in pe (NULL if it
+ * could not be opened). */
+static uc_pub *open_counted_push(const char *ep, ev_counter *pe)
+{
+    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
+    po.on_event = count_event;
+    po.event_ctx = pe;
+    int err;
+    return uc_pub_open(g_bus, &po, &err);
+}
+
 static int test_connect_and_disconnect_both_sides(int transport, int mode)
 {
     char ep[300];
@@ -113,18 +124,9 @@ static int test_refused_connect_retried(void)
     char ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
     ev_counter pe = {0};
-    uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
-    po.on_event = count_event;
-    po.event_ctx = &pe;
-    int err;
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    uc_pub *p = open_counted_push(ep, &pe);
     CHECK(p);
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    while (atomic_load(&pe.n[UC_EV_CONNECT_RETRIED]) < 2) {
-        CHECK(!passed(&d));
-        sleep_ms(1);
-    }
+    CHECK(wait_atomic(&pe.n[UC_EV_CONNECT_RETRIED], 2));
     int peers;
     uint64_t counts[UC_EV_COUNT];
     uc_pub_events(p, counts, &peers);
@@ -142,18 +144,9 @@ static int test_refused_connect_retried(void)
 static int test_unresolvable_connect_retried(void)
 {
     ev_counter pe = {0};
-    uc_pub_opts po = pub_opts(UC_PUSH, "tcp://nosuchhost.invalid:5556", 0);
-    po.on_event = count_event;
-    po.event_ctx = &pe;
-    int err;
-    uc_pub *p = uc_pub_open(g_bus, &po, &err);
+    uc_pub *p = open_counted_push("tcp://nosuchhost.invalid:5556", &pe);
     CHECK(p);
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    while (atomic_load(&pe.n[UC_EV_CONNECT_RETRIED]) < 2) {
-        CHECK(!passed(&d));
-        sleep_ms(1);
-    }
+    CHECK(wait_atomic(&pe.n[UC_EV_CONNECT_RETRIED], 2));
     uc_pub_close(p);
     CHECK_EQ(atomic_load(&pe.retried_attempted), 0);
     return 0;
@@ -236,12 +229,7 @@ static int test_terminating_context_does_not_stall_others(void)
     uc_sub_opts so = sub_opts(UC_SUB, uc_pub_last_endpoint(p), 0, &c, 16);
     uc_sub *s = uc_sub_open(g_bus, &so, &err);
     CHECK(s);
-    struct timespec d;
-    abs_deadline(&d, WAIT_MS);
-    while (atomic_load(&pe.n[UC_EV_HANDSHAKE_SUCCEEDED]) < 1) {
-        CHECK(!passed(&d));
-        sleep_ms(1);
-    }
+    CHECK(wait_atomic(&pe.n[UC_EV_HANDSHAKE_SUCCEEDED], 1));
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     uc_sub_free(s);
     coll_fini(&c);
@@ -252,18 +240,7 @@ static int test_terminating_context_does_not_stall_others(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(tcp_thread),
-    TEST(ipc_thread),
-    TEST(tcp_caller),
-    TEST(refused_connect_retried),
-    TEST(unresolvable_connect_retried),
-    TEST(subscription_messages_read_without_sends),
-    TEST(inproc_is_not_monitored),
-    TEST(terminating_context_does_not_stall_others),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(fixtures_main,
+    TEST(tcp_thread), TEST(ipc_thread), TEST(tcp_caller), TEST(refused_connect_retried),
+    TEST(unresolvable_connect_retried), TEST(subscription_messages_read_without_sends),
+    TEST(inproc_is_not_monitored), TEST(terminating_context_does_not_stall_others))

@@ -232,12 +232,6 @@ static int test_failed_send_takes_nothing(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(release_queue), TEST(release_queue_threads), TEST(send_and_hold_inproc),
-    TEST(send_and_hold_ipc), TEST(send_and_hold_tcp), TEST(failed_send_takes_nothing),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(send_and_hold_ipc), TEST(send_and_hold_tcp), TEST(failed_send_takes_nothing))

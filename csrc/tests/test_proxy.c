@@ -252,18 +252,7 @@ static int test_free_closes(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(subscriptions_go_upstream_tcp),
-    TEST(subscriptions_go_upstream_ipc),
-    TEST(subscriptions_go_upstream_inproc),
-    TEST(pause_resume),
-    TEST(frames_pass_unchanged),
-    TEST(events_of_each_side),
-    TEST(bad_arguments),
-    TEST(free_closes),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(fixtures_main,
+    TEST(subscriptions_go_upstream_tcp), TEST(subscriptions_go_upstream_ipc),
+    TEST(subscriptions_go_upstream_inproc), TEST(pause_resume), TEST(frames_pass_unchanged),
+    TEST(events_of_each_side), TEST(bad_arguments), TEST(free_closes))

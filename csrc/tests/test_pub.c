@@ -105,11 +105,7 @@ static int test_publisher_hwm_and_threads(void)
     }
     for (int i = 0; i < T; i++)
         CHECK_EQ(next[i], N);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 static void *blocking_send_thread(void *p)
@@ -163,11 +159,7 @@ static int test_try_send(void)
     CHECK(r->plen == 4 && memcmp(r->payload, "last", 4) == 0);
     uc_pub_shutdown(p);
     CHECK_EQ(uc_pub_try_send(p, "t", 1, "x", 1), UC_ERR_CLOSED);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* ---- what wakes a blocked sender -------------------------------------- */
@@ -237,19 +229,6 @@ static int send_from_deliver(void *ctx, const uc_msg *batch, size_t n, size_t *c
     return 0;
 }
 
-typedef struct {
-    uc_sub *sub;
-    int rc;
-} poller;
-
-static void *poll_thread(void *p)
-{
-    poller *pl = p;
-    size_t d;
-    pl->rc = uc_sub_poll(pl->sub, WAIT_MS, 1, &d);
-    return NULL;
-}
-
 /* Closing a subscription wakes a send blocked inside its own deliver
  * (UC_ERR_STOPPING): the close does not wait for a peer that may never
  * come.  A plain uc_sub_wake does not end the send. */
@@ -276,7 +255,7 @@ static int sub_close_wakes_send_in_deliver(int caller_mode)
     uc_pub *in = uc_pub_open(g_bus, &po, &err);
     CHECK(in);
     CHECK_EQ(send_str(in, "t", "go"), UC_OK);
-    poller pl = {.sub = s};
+    poller pl = {.sub = s, .timeout_ms = WAIT_MS, .max = 1};
     pthread_t t;
     if (caller_mode)
         CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
@@ -456,14 +435,8 @@ static int test_wait_subscriptions_shutdown(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(publisher), TEST(publisher_hwm_and_threads), TEST(try_send),
     TEST(bus_shutdown_wakes_a_blocked_send), TEST(sub_close_wakes_send_in_deliver),
-    TEST(sub_close_wakes_send_in_deliver_caller_mode), TEST(cap_linger),
-    TEST(wait_subscriptions), TEST(wait_subscriptions_shutdown),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(sub_close_wakes_send_in_deliver_caller_mode), TEST(cap_linger), TEST(wait_subscriptions),
+    TEST(wait_subscriptions_shutdown))

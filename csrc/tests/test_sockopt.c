@@ -100,9 +100,7 @@ static int test_curve(void)
     CHECK(coll_wait(&c, 10));
     CHECK(rec_is(&c.recs[9], "sec", "ret"));
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     /* A bad key is refused at open. */
     so.curve.secretkey = "short";
     CHECK(uc_sub_open(g_bus, &so, &err) == NULL);
@@ -269,12 +267,6 @@ static int test_option_effect_handshake_ivl(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(open_errors), TEST(curve), TEST(options_read_back), TEST(options_refused),
-    TEST(option_effect_immediate), TEST(option_effect_handshake_ivl),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(option_effect_immediate), TEST(option_effect_handshake_ivl))

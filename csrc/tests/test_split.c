@@ -477,14 +477,8 @@ static int test_split_with_frames(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(split_messages), TEST(split_not_coalesced), TEST(split_faults),
     TEST(split_every_format_fast_and_checked),
-    TEST(split_leaves_depth_and_timestamps_to_the_decoder), TEST(split_thread),
-    TEST(split_caller), TEST(split_paused), TEST(split_with_frames),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(split_leaves_depth_and_timestamps_to_the_decoder), TEST(split_thread), TEST(split_caller),
+    TEST(split_paused), TEST(split_with_frames))

@@ -105,14 +105,6 @@ static int test_topic_stamp_layout(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(topic_stamp_layout),
-    TEST(one_stream_per_topic),
-    TEST(many_topics_found),
-    TEST(full_table_starts_afresh),
-};
-
-int main(void)
-{
-    return run_tests(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(run_tests,
+    TEST(topic_stamp_layout), TEST(one_stream_per_topic), TEST(many_topics_found),
+    TEST(full_table_starts_afresh))

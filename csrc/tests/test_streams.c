@@ -171,16 +171,6 @@ static int test_reader_races_writer(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(in_order_and_batches),
-    TEST(gap_late_duplicate),
-    TEST(bound_forgets_oldest),
-    TEST(many_ids_are_found),
-    TEST(pending_reports_are_bounded),
-    TEST(reader_races_writer),
-};
-
-int main(void)
-{
-    return run_tests(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(run_tests,
+    TEST(in_order_and_batches), TEST(gap_late_duplicate), TEST(bound_forgets_oldest),
+    TEST(many_ids_are_found), TEST(pending_reports_are_bounded), TEST(reader_races_writer))

@@ -25,11 +25,7 @@ static int test_wake(void)
     CHECK_EQ(send_str(p, "", "after"), UC_OK);
     CHECK(coll_wait(&c, 1));
     CHECK(rec_is(&c.recs[0], "", "after"));
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Caller mode: timeout, max_messages, exact batch sizes of a queued flood,
@@ -75,9 +71,7 @@ static int test_caller_mode(void)
     uc_stats st;
     uc_sub_stats(s, &st);
     CHECK_EQ(st.received, 101);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -100,21 +94,6 @@ static int test_poll_thread_mode_busy(void)
     return 0;
 }
 
-typedef struct {
-    uc_sub *sub;
-    int rc;
-    size_t delivered;
-    atomic_int done;
-} poller;
-
-static void *poll_thread(void *p)
-{
-    poller *pl = p;
-    pl->rc = uc_sub_poll(pl->sub, -1, 0, &pl->delivered);
-    atomic_store(&pl->done, 1);
-    return NULL;
-}
-
 /* Caller mode: close from another thread wakes a poll without timeout; a
  * second poller is BUSY meanwhile; close with a timeout while the callback
  * is stuck times out. */
@@ -132,7 +111,7 @@ static int test_caller_close_other_thread(void)
     uc_pub_opts po = pub_opts(UC_PUSH, ep, 0);
     uc_pub *p = uc_pub_open(g_bus, &po, &err);
     CHECK(p);
-    poller pl = {.sub = s};
+    poller pl = {.sub = s, .timeout_ms = -1};
     pthread_t t;
     c.gate = 1;
     CHECK(pthread_create(&t, NULL, poll_thread, &pl) == 0);
@@ -162,7 +141,7 @@ static int test_caller_close_other_thread(void)
     so.endpoint = ep2;
     s2 = uc_sub_open(g_bus, &so, &err);
     CHECK(s2);
-    poller pl2 = {.sub = s2};
+    poller pl2 = {.sub = s2, .timeout_ms = -1};
     CHECK(pthread_create(&t, NULL, poll_thread, &pl2) == 0);
     /* Whether the close lands before or during the poll, it must end. */
     CHECK_EQ(uc_sub_close(s2, -1), UC_OK);
@@ -170,9 +149,7 @@ static int test_caller_close_other_thread(void)
     CHECK(pl2.rc == UC_OK || pl2.rc == UC_ERR_CLOSED);
     CHECK(uc_sub_finished(s2));
     uc_sub_free(s2);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -212,11 +189,7 @@ static int test_caller_stop_return(void)
     CHECK_EQ(d, 3);
     CHECK(uc_sub_finished(s));
     CHECK_EQ(uc_sub_poll(s, 0, 0, &d), UC_ERR_CLOSED);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Thread mode: close from inside the callback requests the stop, returns
@@ -239,9 +212,7 @@ static int test_close_in_callback(void)
     CHECK(uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 1);
     CHECK(pthread_equal(c.deliver_thread, c.exit_thread));
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -283,11 +254,7 @@ static int test_stop_return(void)
     uc_sub_stats(s, &st);
     CHECK_EQ(st.received, 5);
     CHECK_EQ(st.batches, 5);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Thread mode: free without close, while the loop runs (idle in zmq_poll
@@ -343,9 +310,7 @@ static int test_close_timeout(void)
     CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     CHECK(uc_sub_finished(s));
     CHECK_EQ(atomic_load(&c.exits), 1); /* on_exit ran before close returned */
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -493,11 +458,7 @@ static int test_factory_fails_after_arranging(void)
     CHECK(p);
     CHECK_EQ(send_str(p, "", "x"), UC_OK);
     CHECK(coll_wait(&c, 1));
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* A start that succeeded but whose entry has not come: close, or free
@@ -561,11 +522,7 @@ static int test_poll_some(void)
     CHECK_EQ(uc_sub_poll_some(s, -1, 0, &d), UC_OK); /* no limit: returns with it */
     CHECK_EQ(d, 1);
     CHECK_EQ(recs_numbered(&c, 11), 0);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Stats: received/batches from the core, the rest added by the upper layer. */
@@ -594,22 +551,12 @@ static int test_stats(void)
     CHECK_EQ(st.decode_errors, 2);
     CHECK_EQ(st.callback_errors, 1);
     CHECK_EQ(st.dropped, 3);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(wake), TEST(caller_mode), TEST(poll_thread_mode_busy), TEST(caller_close_other_thread),
     TEST(caller_free_in_callback), TEST(caller_stop_return), TEST(close_in_callback),
     TEST(free_in_callback), TEST(stop_return), TEST(free_before_end), TEST(close_timeout),
-    TEST(factories), TEST(factory_fails_after_arranging), TEST(entry_never_comes),
-    TEST(poll_some), TEST(stats),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(factories), TEST(factory_fails_after_arranging), TEST(entry_never_comes), TEST(poll_some),
+    TEST(stats))

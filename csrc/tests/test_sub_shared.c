@@ -397,15 +397,6 @@ static int test_lone_prefix_exact(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(overlap_once_and_ready),
-    TEST(prefixes_removed_in_any_order),
-    TEST(churn_racing_dispatch),
-    TEST(close_while_polled),
-    TEST(lone_prefix_exact),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(fixtures_main,
+    TEST(overlap_once_and_ready), TEST(prefixes_removed_in_any_order), TEST(churn_racing_dispatch),
+    TEST(close_while_polled), TEST(lone_prefix_exact))

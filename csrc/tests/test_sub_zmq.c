@@ -57,9 +57,7 @@ static int push_pull(int transport)
     CHECK_EQ(st.received, N);
     CHECK_EQ(st.batches, c.batches);
     CHECK_EQ(st.dropped, 0);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -145,9 +143,7 @@ static int pub_sub(int transport)
     CHECK(rec_is(&c.recs[i], "b.end", "end"));
     CHECK_EQ(i + 1, c.n);
     CHECK(c.max_batch <= 16);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -785,28 +781,13 @@ static int test_topics_at_run_time(void)
     /* Made before the close: still made; new ones are refused. */
     CHECK_EQ(uc_sub_wait_topics(s, t, 0), UC_OK);
     CHECK_EQ(uc_sub_subscribe(s, "d", 1, &t), UC_ERR_CLOSED);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
 /* While a target is stuck the change waits in the queue (the waiter times
  * out); once the target returns, the loop makes it before its next batch.
  * Thread mode and a caller-mode poll running on another thread alike. */
-typedef struct {
-    uc_sub *sub;
-    int rc;
-} poll_job;
-
-static void *poll_long(void *arg)
-{
-    poll_job *j = arg;
-    size_t d;
-    j->rc = uc_sub_poll(j->sub, WAIT_MS, 0, &d);
-    return NULL;
-}
-
 static int topics_queued_while_busy(int mode)
 {
     coll c;
@@ -817,10 +798,10 @@ static int topics_queued_while_busy(int mode)
     pthread_mutex_lock(&c.mu); /* the loop reads it under c.mu */
     c.gate = 1;
     pthread_mutex_unlock(&c.mu);
-    poll_job job = {.sub = s};
-    pthread_t poller;
+    poller job = {.sub = s, .timeout_ms = WAIT_MS};
+    pthread_t poll_th;
     if (mode == MODE_CALLER)
-        CHECK(pthread_create(&poller, NULL, poll_long, &job) == 0);
+        CHECK(pthread_create(&poll_th, NULL, poll_thread, &job) == 0);
     CHECK_EQ(send_str(p, "a.sync", "x"), UC_OK);
     /* The PUB may drop until the SUB has joined: send until one is in. */
     CHECK_EQ(send_until_entered(&c, p, "a.sync"), 0);
@@ -838,14 +819,12 @@ static int topics_queued_while_busy(int mode)
     CHECK(publish_until_seen(p, &c, "b.sync") == 0);
     if (mode == MODE_CALLER) {
         CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-        pthread_join(poller, NULL);
+        pthread_join(poll_th, NULL);
         CHECK(job.rc == UC_OK);
     } else {
         CHECK_EQ(uc_sub_close(s, -1), UC_OK);
     }
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     return 0;
 }
 
@@ -872,11 +851,7 @@ static int test_topics_caller_idle(void)
         size_t got;
         CHECK_EQ(uc_sub_poll(s, 2, 0, &got), UC_OK);
     }
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* From inside deliver, on the socket's own thread: made at once, and
@@ -970,11 +945,7 @@ static int test_topics_loop_ends_first(void)
     pthread_mutex_unlock(&c.mu);
     CHECK_EQ(uc_sub_wait_topics(s, t, WAIT_MS), UC_ERR_CLOSED);
     CHECK_EQ(c.cb_close_rc, UC_OK);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* Only a SUB socket has prefixes; bad arguments. */
@@ -1000,11 +971,7 @@ static int test_topics_arguments(void)
     CHECK(open_pub_sub(&c, "a.", MODE_THREAD, &s, &p) == 0);
     CHECK_EQ(uc_sub_subscribe(s, NULL, 3, &t), UC_ERR_ARG);
     CHECK_EQ(uc_sub_wait_topics(s, 1, 0), UC_ERR_ARG); /* never given */
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 /* A SUB with three times libzmq's default ZMQ_SNDHWM of prefixes: every
@@ -1046,11 +1013,7 @@ static int many_topics(int transport, int sub_binds)
     }
     CHECK_EQ(uc_pub_wait_subscriptions(p, N, WAIT_MS, &count), UC_OK);
     CHECK_EQ(count, N);
-    CHECK_EQ(uc_sub_close(s, -1), UC_OK);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
-    return 0;
+    return close_pull_push(&c, s, p);
 }
 
 static int test_many_topics_sub_connects_tcp(void) { return many_topics(T_TCP, 0); }
@@ -1094,9 +1057,7 @@ static int test_start_held(void)
     CHECK_EQ(uc_sub_close(s, -1), UC_OK); /* never made ready: must not hang */
     CHECK_EQ(atomic_load(&c2.exits), 1);
     CHECK_EQ(coll_count(&c2), 0);
-    uc_sub_free(s);
-    uc_pub_close(p);
-    coll_fini(&c);
+    free_pull_push(&c, s, p);
     coll_fini(&c2);
     return 0;
 }
@@ -1206,20 +1167,13 @@ static int test_endpoint_down_queue_bounded(void)
     return 0;
 }
 
-static const test_case tests[] = {
+TEST_PROGRAM(fixtures_main,
     TEST(push_pull_inproc), TEST(push_pull_ipc), TEST(push_pull_tcp), TEST(pub_sub_inproc),
     TEST(pub_sub_ipc), TEST(pub_sub_tcp), TEST(large_frames), TEST(frames), TEST(frames_batch),
     TEST(rest_after_pause), TEST(rest_dropped_on_stop_and_close), TEST(rest_thread_mode),
     TEST(several_endpoints_bound), TEST(several_endpoints_connected),
-    TEST(several_endpoints_errors), TEST(topics_at_run_time),
-    TEST(topics_queued_while_busy_thread), TEST(topics_queued_while_busy_caller),
-    TEST(topics_caller_idle), TEST(topics_inside_deliver_thread),
-    TEST(topics_inside_deliver_caller), TEST(topics_loop_ends_first), TEST(topics_arguments),
-    TEST(many_topics_sub_connects_tcp), TEST(many_topics_sub_binds_ipc), TEST(start_held),
-    TEST(endpoint_down_queue_bounded),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+    TEST(several_endpoints_errors), TEST(topics_at_run_time), TEST(topics_queued_while_busy_thread),
+    TEST(topics_queued_while_busy_caller), TEST(topics_caller_idle),
+    TEST(topics_inside_deliver_thread), TEST(topics_inside_deliver_caller),
+    TEST(topics_loop_ends_first), TEST(topics_arguments), TEST(many_topics_sub_connects_tcp),
+    TEST(many_topics_sub_binds_ipc), TEST(start_held), TEST(endpoint_down_queue_bounded))

@@ -122,13 +122,5 @@ static int test_exiting_flag(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(thread_masks),
-    TEST(exiting_flag),
-    TEST(log_window),
-};
-
-int main(void)
-{
-    return run_tests(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(run_tests,
+    TEST(thread_masks), TEST(exiting_flag), TEST(log_window))

@@ -347,14 +347,5 @@ static int test_address_forms(void)
     return 0;
 }
 
-static const test_case tests[] = {
-    TEST(policy),
-    TEST(revocation_scopes),
-    TEST(key_table),
-    TEST(address_forms),
-};
-
-int main(void)
-{
-    return fixtures_main(tests, TEST_COUNT(tests));
-}
+TEST_PROGRAM(fixtures_main,
+    TEST(policy), TEST(revocation_scopes), TEST(key_table), TEST(address_forms))

@@ -16,7 +16,7 @@ import pytest
 
 import upcall
 from aio_helpers import (LOOPS, assert_all_delivered, flood, joined, pull_pair,
-                         raiser_of as _raise, run, take, until)
+                         raiser_of as _raise, run, run_on_bus, take, until)
 from helpers import DEADLINE, fd_count, script_env, thread_count, wait_for
 
 pytestmark = pytest.mark.threads
@@ -44,40 +44,36 @@ def test_pull_in_order_nothing_lost(endpoints, loop_kind, transport):
     # again and again, and still nothing is lost or reordered.
     n = 20000
 
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints(transport)
-            sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=100), queue_size=64, batch=32)
-            sender = flood(pub, ((b"t", {"i": i}) for i in range(n)))
-            got = await take(sub, n)
-            sender.join(DEADLINE)
-            assert [m["i"] for m in got] == list(range(n))
-            assert_all_delivered(sub.stats, n)
-            await sub.aclose()
-    run(loop_kind, main())
+    async def main(bus, ep):
+        sub, pub = pull_pair(bus, ep, pub_kw=dict(sndhwm=100), queue_size=64, batch=32)
+        sender = flood(pub, ((b"t", {"i": i}) for i in range(n)))
+        got = await take(sub, n)
+        sender.join(DEADLINE)
+        assert [m["i"] for m in got] == list(range(n))
+        assert_all_delivered(sub.stats, n)
+        await sub.aclose()
+    run_on_bus(loop_kind, endpoints(transport), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_sub_with_topic_in_order(endpoints, loop_kind):
     n = 3000
 
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("ipc")
-            async with bus.subscribe_async(ep, bind=True, with_topic=True, rcvhwm=0,
-                                           topics=[b"probe", "data."]) as sub:
-                pub = bus.publisher(ep, bind=False, sndhwm=0)
-                pub.send(b"other", "filtered out")
-                assert await warm_up_async(pub, sub) == (b"probe", "probe")
-                flood(pub, ((b"data.%d" % (i % 3), i) for i in range(n))).join(DEADLINE)
-                got = []
-                async for topic, msg in sub:
-                    if topic != b"probe":
-                        got.append((topic, msg))
-                        if len(got) == n:
-                            break
-                assert got == [(b"data.%d" % (i % 3), i) for i in range(n)]
-    run(loop_kind, main())
+    async def main(bus, ep):
+        async with bus.subscribe_async(ep, bind=True, with_topic=True, rcvhwm=0,
+                                       topics=[b"probe", "data."]) as sub:
+            pub = bus.publisher(ep, bind=False, sndhwm=0)
+            pub.send(b"other", "filtered out")
+            assert await warm_up_async(pub, sub) == (b"probe", "probe")
+            flood(pub, ((b"data.%d" % (i % 3), i) for i in range(n))).join(DEADLINE)
+            got = []
+            async for topic, msg in sub:
+                if topic != b"probe":
+                    got.append((topic, msg))
+                    if len(got) == n:
+                        break
+            assert got == [(b"data.%d" % (i % 3), i) for i in range(n)]
+    run_on_bus(loop_kind, endpoints("ipc"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
@@ -86,67 +82,63 @@ def test_pull_backpressure_reaches_the_sender(endpoints, loop_kind):
     # waits with the next batch, zmq's queues fill, and the sender meets its
     # high-water mark.
     # Then everything that was accepted arrives, in order.
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=10, batch=5,
-                                      rcvhwm=10)
-            pub = bus.publisher(ep, kind="push", bind=False, sndhwm=10)
-            sent = 0
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + DEADLINE
-            while True:
-                try:
-                    await pub.send_async(b"t", sent, timeout=0)
-                    sent += 1
-                    continue
-                except BlockingIOError:
-                    pass
-                stats = sub.stats
-                held = stats["received"] - stats["delivered"]   # the batch waiting for room
-                if stats["queued"] + held > 10:
-                    break
-                assert loop.time() < deadline, f"queue never filled: {stats}"
-                await asyncio.sleep(0.005)
-            assert stats["queued"] <= 10 and stats["dropped"] == 0
-            assert sent > 10          # the rest waits in zmq, up to the marks
-            assert await take(sub, sent) == list(range(sent))
-            await pub.send_async(b"t", "after", timeout=DEADLINE)
-            assert await take(sub, 1) == ["after"]
-            assert sub.stats["dropped"] == 0
-            await sub.aclose()
-    run(loop_kind, main())
+    async def main(bus, ep):
+        sub = bus.subscribe_async(ep, kind="pull", bind=True, queue_size=10, batch=5,
+                                  rcvhwm=10)
+        pub = bus.publisher(ep, kind="push", bind=False, sndhwm=10)
+        sent = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while True:
+            try:
+                await pub.send_async(b"t", sent, timeout=0)
+                sent += 1
+                continue
+            except BlockingIOError:
+                pass
+            stats = sub.stats
+            held = stats["received"] - stats["delivered"]   # the batch waiting for room
+            if stats["queued"] + held > 10:
+                break
+            assert loop.time() < deadline, f"queue never filled: {stats}"
+            await asyncio.sleep(0.005)
+        assert stats["queued"] <= 10 and stats["dropped"] == 0
+        assert sent > 10          # the rest waits in zmq, up to the marks
+        assert await take(sub, sent) == list(range(sent))
+        await pub.send_async(b"t", "after", timeout=DEADLINE)
+        assert await take(sub, 1) == ["after"]
+        assert sub.stats["dropped"] == 0
+        await sub.aclose()
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_sub_overflow_drops_and_counts(endpoints, loop_kind):
     n = 1000
 
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            sub = bus.subscribe_async(ep, bind=True, queue_size=10, rcvhwm=0, with_topic=True)
-            pub = bus.publisher(ep, bind=False, sndhwm=0)
-            # Slow joiner, without consuming: probes until one was received.
-            await joined(sub, pub, b"probe", "probe")
-            for i in range(n):
-                pub.send(b"data", i)
+    async def main(bus, ep):
+        sub = bus.subscribe_async(ep, bind=True, queue_size=10, rcvhwm=0, with_topic=True)
+        pub = bus.publisher(ep, bind=False, sndhwm=0)
+        # Slow joiner, without consuming: probes until one was received.
+        await joined(sub, pub, b"probe", "probe")
+        for i in range(n):
+            pub.send(b"data", i)
 
-            def settled():
-                s = sub.stats
-                return s["received"] == s["delivered"] + s["dropped"] and s["dropped"] >= n - 10
-            await until(settled, lambda: f"the flood to be accounted for: {sub.stats}")
-            stats = sub.stats
-            assert stats["queued"] == 10 == stats["delivered"]
-            # What was kept is the oldest, in order: probes, then data from 0.
-            kept = await take(sub, 10)
-            data = [msg for topic, msg in kept if topic == b"data"]
-            assert data == list(range(len(data)))
-            # After the overflow the subscription goes on.
-            pub.send(b"data", "after")
-            assert await take(sub, 1) == [(b"data", "after")]
-            await sub.aclose()
-    run(loop_kind, main())
+        def settled():
+            s = sub.stats
+            return s["received"] == s["delivered"] + s["dropped"] and s["dropped"] >= n - 10
+        await until(settled, lambda: f"the flood to be accounted for: {sub.stats}")
+        stats = sub.stats
+        assert stats["queued"] == 10 == stats["delivered"]
+        # What was kept is the oldest, in order: probes, then data from 0.
+        kept = await take(sub, 10)
+        data = [msg for topic, msg in kept if topic == b"data"]
+        assert data == list(range(len(data)))
+        # After the overflow the subscription goes on.
+        pub.send(b"data", "after")
+        assert await take(sub, 1) == [(b"data", "after")]
+        await sub.aclose()
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 class CountingLoop(asyncio.SelectorEventLoop):
@@ -233,79 +225,73 @@ async def released(base, what):
 def test_cancelling_the_consumer_keeps_the_subscription(endpoints, loop_kind, factory):
     # A cancelled wait took nothing: the subscription stays open, the next
     # consumer gets the next message, and aclose() is what ends it.
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push", bind=True)
-            base = await baseline()
-            sub = bus.subscribe_async(ep, kind="pull", thread_factory=factory)
-            got = []
+    async def main(bus, ep):
+        pub = bus.publisher(ep, kind="push", bind=True)
+        base = await baseline()
+        sub = bus.subscribe_async(ep, kind="pull", thread_factory=factory)
+        got = []
 
-            async def consume():
-                async for msg in sub:
-                    got.append(msg)
-            task = asyncio.ensure_future(consume())
-            await pub.send_async(b"t", 1)
-            await until(lambda: got == [1], "the first message")
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert not sub.closed
-            await pub.send_async(b"t", 2)
-            assert await asyncio.wait_for(sub.__anext__(), DEADLINE) == 2
-            await sub.aclose()
-            assert sub.closed
-            with pytest.raises(StopAsyncIteration):
-                await sub.__anext__()
-            del sub, task
-            pub.close()       # zmq frees a socket once its peer has seen it go
-            await released(base, "after cancelling, then aclose")
-    run(loop_kind, main())
+        async def consume():
+            async for msg in sub:
+                got.append(msg)
+        task = asyncio.ensure_future(consume())
+        await pub.send_async(b"t", 1)
+        await until(lambda: got == [1], "the first message")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not sub.closed
+        await pub.send_async(b"t", 2)
+        assert await asyncio.wait_for(sub.__anext__(), DEADLINE) == 2
+        await sub.aclose()
+        assert sub.closed
+        with pytest.raises(StopAsyncIteration):
+            await sub.__anext__()
+        del sub, task
+        pub.close()       # zmq frees a socket once its peer has seen it go
+        await released(base, "after cancelling, then aclose")
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_aclose_ends_a_waiting_consumer(endpoints, loop_kind):
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            bus.publisher(endpoints("inproc"), bind=True)   # libzmq's threads start with a first socket
-            base = await baseline()
-            sub = bus.subscribe_async(ep, bind=True)
-            done = []
+    async def main(bus, ep):
+        bus.publisher(endpoints("inproc"), bind=True)   # libzmq's threads start with a first socket
+        base = await baseline()
+        sub = bus.subscribe_async(ep, bind=True)
+        done = []
 
-            async def consume():
-                async for msg in sub:
-                    done.append(msg)
-                done.append("ended")
-            task = asyncio.ensure_future(consume())
-            await asyncio.sleep(0.01)       # let it wait for a message
-            await sub.aclose()
-            await asyncio.wait_for(task, DEADLINE)
-            assert done == ["ended"]
-            await sub.aclose()              # again: nothing happens
-            del sub, task
-            await released(base, "after aclose")
-    run(loop_kind, main())
+        async def consume():
+            async for msg in sub:
+                done.append(msg)
+            done.append("ended")
+        task = asyncio.ensure_future(consume())
+        await asyncio.sleep(0.01)       # let it wait for a message
+        await sub.aclose()
+        await asyncio.wait_for(task, DEADLINE)
+        assert done == ["ended"]
+        await sub.aclose()              # again: nothing happens
+        del sub, task
+        await released(base, "after aclose")
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_async_with_closes_and_discards_the_queue(endpoints, loop_kind):
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push", bind=True)
-            base = await baseline()
-            async with bus.subscribe_async(ep, kind="pull") as sub:
-                for i in range(5):
-                    await pub.send_async(b"t", i)
-                assert await take(sub, 1) == [0]
-                await until(lambda: sub.stats["queued"] == 4, "the rest to be queued")
-            assert sub.closed and sub.stats["queued"] == 0
-            assert [m async for m in sub] == []
-            del sub
-            pub.close()
-            await released(base, "after async with")
-    run(loop_kind, main())
+    async def main(bus, ep):
+        pub = bus.publisher(ep, kind="push", bind=True)
+        base = await baseline()
+        async with bus.subscribe_async(ep, kind="pull") as sub:
+            for i in range(5):
+                await pub.send_async(b"t", i)
+            assert await take(sub, 1) == [0]
+            await until(lambda: sub.stats["queued"] == 4, "the rest to be queued")
+        assert sub.closed and sub.stats["queued"] == 0
+        assert [m async for m in sub] == []
+        del sub
+        pub.close()
+        await released(base, "after async with")
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
@@ -439,26 +425,24 @@ def test_closing_after_the_loop_ended_discards_the_queue(endpoints, loop_kind):
     # thread decodes (a plain one would be decoded on the event loop).
     import zmq
 
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("ipc")
-            sub = bus.subscribe_async(ep, kind="pull", bind=True,
-                                      on_error=_raise(upcall.StopDelivery))
-            push = zmq.Context.instance().socket(zmq.PUSH)
-            push.setsockopt(zmq.LINGER, 0)
-            push.connect(ep)
-            try:
-                for i in range(3):
-                    push.send_multipart([b"t", upcall.packb(i)])
-                push.send_multipart([b"t", upcall.packb("many")] + [b"x"] * 20)
-                await until(lambda: sub.closed, "delivery to end")
-            finally:
-                push.close()
-            assert await take(sub, 1) == [0]
-            await sub.aclose()
-            assert await asyncio.wait_for(consume_to_the_end(sub), DEADLINE) == ([], None)
-            assert sub.stats["delivered"] == 1 and sub.stats["dropped"] == 2
-    run(loop_kind, main())
+    async def main(bus, ep):
+        sub = bus.subscribe_async(ep, kind="pull", bind=True,
+                                  on_error=_raise(upcall.StopDelivery))
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(ep)
+        try:
+            for i in range(3):
+                push.send_multipart([b"t", upcall.packb(i)])
+            push.send_multipart([b"t", upcall.packb("many")] + [b"x"] * 20)
+            await until(lambda: sub.closed, "delivery to end")
+        finally:
+            push.close()
+        assert await take(sub, 1) == [0]
+        await sub.aclose()
+        assert await asyncio.wait_for(consume_to_the_end(sub), DEADLINE) == ([], None)
+        assert sub.stats["delivered"] == 1 and sub.stats["dropped"] == 2
+    run_on_bus(loop_kind, endpoints("ipc"), main)
 
 
 @pytest.mark.parametrize("cause", ["on_error-StopDelivery", "on_error-KeyboardInterrupt"])
@@ -492,19 +476,17 @@ def test_an_end_hook_set_after_the_end_runs_at_once(endpoints, cause):
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_an_abandoned_iterator_closes_itself(endpoints, loop_kind):
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push", bind=True)
-            base = await baseline()
-            send = asyncio.ensure_future(pub.send_async(b"t", 1))   # goes once a peer connects
-            async for msg in bus.subscribe_async(ep, kind="pull"):
-                assert msg == 1
-                break
-            await send
-            pub.close()
-            await released(base, "after leaving the loop with break")
-    run(loop_kind, main())
+    async def main(bus, ep):
+        pub = bus.publisher(ep, kind="push", bind=True)
+        base = await baseline()
+        send = asyncio.ensure_future(pub.send_async(b"t", 1))   # goes once a peer connects
+        async for msg in bus.subscribe_async(ep, kind="pull"):
+            assert msg == 1
+            break
+        await send
+        pub.close()
+        await released(base, "after leaving the loop with break")
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 LOOP_CLOSED_SCRIPT = textwrap.dedent("""
@@ -688,50 +670,46 @@ def test_subscribe_still_takes_plain_callables(endpoints):
 def test_send_async_waits_without_blocking_the_loop(endpoints, loop_kind):
     # A bound PUSH with no peer has nowhere to queue: send_async waits while
     # other coroutines run, and completes once a peer connects.
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("tcp")
-            pub = bus.publisher(ep, kind="push", bind=True)
-            ticks = 0
+    async def main(bus, ep):
+        pub = bus.publisher(ep, kind="push", bind=True)
+        ticks = 0
 
-            async def ticker():
-                nonlocal ticks
-                while True:
-                    ticks += 1
-                    await asyncio.sleep(0.001)
-            tick_task = asyncio.ensure_future(ticker())
-            send = asyncio.ensure_future(pub.send_async(b"t", {"hello": 1}))
-            await until(lambda: ticks >= 20, "the loop to go on while send_async waits")
-            assert not send.done()
-            sub = bus.subscribe_async(ep, kind="pull", bind=False)
-            await asyncio.wait_for(send, DEADLINE)
-            assert await take(sub, 1) == [{"hello": 1}]
-            tick_task.cancel()
-            await sub.aclose()
-    run(loop_kind, main())
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+        tick_task = asyncio.ensure_future(ticker())
+        send = asyncio.ensure_future(pub.send_async(b"t", {"hello": 1}))
+        await until(lambda: ticks >= 20, "the loop to go on while send_async waits")
+        assert not send.done()
+        sub = bus.subscribe_async(ep, kind="pull", bind=False)
+        await asyncio.wait_for(send, DEADLINE)
+        assert await take(sub, 1) == [{"hello": 1}]
+        tick_task.cancel()
+        await sub.aclose()
+    run_on_bus(loop_kind, endpoints("tcp"), main)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_send_async_timeouts_and_cancellation(endpoints, loop_kind):
-    async def main():
-        with upcall.Bus() as bus:
-            ep = endpoints("inproc")
-            pub = bus.publisher(ep, kind="push", bind=True)
-            with pytest.raises(BlockingIOError):
-                await pub.send_async(b"t", "zero", timeout=0)
-            with pytest.raises(TimeoutError, match="high-water mark"):
-                await pub.send_async(b"t", "short", timeout=0.02)
-            cancelled = asyncio.ensure_future(pub.send_async(b"t", "cancelled"))
-            await asyncio.sleep(0.01)
-            cancelled.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await cancelled
-            # None of those went out.
-            sub = bus.subscribe_async(ep, kind="pull", bind=False)
-            await pub.send_async(b"t", "sent", timeout=DEADLINE)
-            assert await take(sub, 1) == ["sent"]
-            await sub.aclose()
-    run(loop_kind, main())
+    async def main(bus, ep):
+        pub = bus.publisher(ep, kind="push", bind=True)
+        with pytest.raises(BlockingIOError):
+            await pub.send_async(b"t", "zero", timeout=0)
+        with pytest.raises(TimeoutError, match="high-water mark"):
+            await pub.send_async(b"t", "short", timeout=0.02)
+        cancelled = asyncio.ensure_future(pub.send_async(b"t", "cancelled"))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        # None of those went out.
+        sub = bus.subscribe_async(ep, kind="pull", bind=False)
+        await pub.send_async(b"t", "sent", timeout=DEADLINE)
+        assert await take(sub, 1) == ["sent"]
+        await sub.aclose()
+    run_on_bus(loop_kind, endpoints("inproc"), main)
 
 
 def test_send_async_not_blocked_by_a_blocked_thread(endpoints):

@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 import upcall
-from helpers import DEADLINE, Collector, make_pump, mode_kwargs, pyzmq_push
+from helpers import DEADLINE, Collector, pushed_pull, pyzmq_push
 
 END = "end"
 # A foreign ext 127 (fixext 1 would not do: the data is 2 bytes, fixext 2):
@@ -33,14 +33,7 @@ def _exchange(zctx, endpoint, mode, messages, **subscribe_kw):
     """Send each multipart message of ``messages`` from a pyzmq PUSH, then an
     end marker, to a PULL subscription; return (delivered before the end
     marker, the reasons of the decode errors, stats)."""
-    col = Collector()
-    errors = []
-    with upcall.Bus() as bus:
-        sub = bus.subscribe(endpoint, col, kind="pull", bind=True,
-                            on_error=lambda exc, raw: errors.append(exc),
-                            **subscribe_kw, **mode_kwargs(mode))
-        pump = make_pump(sub) if mode == "caller" else None
-        push = pyzmq_push(zctx, sub.last_endpoint)
+    with pushed_pull(zctx, endpoint, mode, **subscribe_kw) as (col, errors, sub, pump, push):
         for frames in messages:
             push.send_multipart(frames)
         push.send_multipart([b"t", msgpack.packb(END)])
