@@ -259,7 +259,7 @@ static size_t drain(zmq_source *z, size_t limit, int *dry, uint64_t *dropped, ui
         uc_msg *m = &z->msgs[n];
         /* upcall's marker, the last frame (wire.h): one compare for a
          * plain [topic, payload] message. */
-        uc_mark mark;
+        uc_mark mark = {0};   /* read only when marked; -O1 cannot see that */
         int marked = __builtin_expect(kept >= 3, 0) && kept == total
                      && uc_mark_unpack(v[kept - 1].data, v[kept - 1].size, &mark);
         /* A single stamped message's stamp ends its topic (wire.h, "the
