@@ -60,7 +60,6 @@ import atexit
 import collections
 import heapq
 import inspect
-import ipaddress
 import itertools
 import logging
 import math

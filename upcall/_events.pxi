@@ -201,12 +201,21 @@ cdef class _EventSink:
             _event_exception(exc, self.label)
 
     cdef void handle(self, const uc_event *ev) noexcept:
+        # Whatever raises while an event is handled (a Ctrl-C landing in
+        # Python code run for it included) goes to _event_exception: a
+        # noexcept method would print it and lose the Ctrl-C.
+        try:
+            self.handle_raising(ev)
+        except BaseException as exc:
+            _event_exception(exc, self.label)
+
+    cdef int handle_raising(self, const uc_event *ev) except -1:
         cdef int k = <int>ev.kind
         if k == <int>UC_EV_GAP:
             self.gap(ev)
-            return
+            return 0
         if k < 0 or k >= <int>UC_EV_COUNT:
-            return
+            return 0
         _, kind, cause = _EVENT_NAMES[k]
         endpoint = (<bytes>ev.endpoint).decode("utf-8", "replace")
         if kind == "connect_retried":
@@ -235,6 +244,7 @@ cdef class _EventSink:
         except BaseException as exc:
             _event_exception(exc, self.label)
         self.call(ConnectionEvent(kind, endpoint, cause, ev.value))
+        return 0
 
     cdef void gap(self, const uc_event *ev) noexcept:
         """A gap in a stamped stream: a WARNING line (rate-limited), then
@@ -280,11 +290,25 @@ cdef void _event_exception(BaseException exc, object where) noexcept:
         _write_unraisable(exc, where)
 
 
-def _tcp_host(str endpoint):
+cdef str _tcp_host(str endpoint):
     """The host a tcp endpoint connects to (tcp://[source;]host:port), an
     IPv6 address without its brackets."""
     host = endpoint[len("tcp://"):].rpartition(":")[0]
     return host.rpartition(";")[2].strip("[]")
+
+
+cdef extern from "<arpa/inet.h>" nogil:
+    int inet_pton(int af, const char *src, void *dst)
+    enum: AF_INET, AF_INET6
+
+
+cdef bint _is_address(str host) noexcept:
+    """host is a numeric IPv4 or IPv6 address (an IPv6 zone, %eth0, aside).
+    No Python code runs here: a Ctrl-C pending while an event is handled
+    must not be raised (and lost) in the middle of it."""
+    cdef unsigned char addr[16]
+    cdef bytes b = host.partition("%")[0].encode("utf-8", "replace")
+    return inet_pton(AF_INET, b, addr) == 1 or inet_pton(AF_INET6, b, addr) == 1
 
 
 cdef str _retry_cause(str endpoint, int attempted):
@@ -293,13 +317,9 @@ cdef str _retry_cause(str endpoint, int attempted):
     resolves), else "refused" (one was attempted and failed, or an ipc path
     has no socket).  An address never needs resolving: on loopback the
     kernel refuses a connect at once, without the attempt libzmq reports."""
-    if attempted or not endpoint.startswith("tcp://"):
+    if attempted or not endpoint.startswith("tcp://") or _is_address(_tcp_host(endpoint)):
         return "refused"
-    try:
-        ipaddress.ip_address(_tcp_host(endpoint).partition("%")[0])   # fe80::1%eth0
-    except ValueError:
-        return "unresolved"
-    return "refused"
+    return "unresolved"
 
 
 def _retry_text(endpoint, cause):
