@@ -54,9 +54,12 @@ static void *proxy_main(void *arg)
     uc_proxy *p = arg;
     int rc = zmq_proxy_steerable(p->sock[FRONT], p->sock[BACK], NULL, p->sock[CTL_PROXY]);
     int e = rc == 0 ? 0 : errno;
-    atomic_store(&p->ended, 1);
     pthread_mutex_lock(&p->mu);
     p->err = (p->terminating && (e == 0 || e == ETERM)) ? 0 : e;
+    /* Under the mutex, and p untouched after its unlock: a closer that sees
+     * ended may free p at once (set before the lock, it freed the condvar
+     * this thread was still to broadcast). */
+    atomic_store(&p->ended, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return NULL;
