@@ -377,6 +377,19 @@ cdef bytes _topic_bytes(object topic):
 
 
 # Whole milliseconds left until ``deadline`` (time.monotonic(); None: no limit, -1).
+cdef int _track(object owned, object obj) except -1:
+    """Add obj to one of the bus's weak sets of what it closes.  WeakSet.add
+    is Python code: a Ctrl-C can land inside it and leave obj out, open, and
+    then bus.close() waits forever for the context its socket holds.  So the
+    add is made again before the interrupt goes on (it is idempotent)."""
+    try:
+        owned.add(obj)
+    except BaseException:
+        owned.add(obj)
+        raise
+    return 0
+
+
 cdef int _ms_left(object deadline):
     if deadline is None:
         return -1
@@ -655,7 +668,7 @@ A zmq context and every subscription and publisher opened on it.
         opts = _subscribe_options(options, kwargs, _IN_ASYNC, "subscribe_async()")
         self._check_open()
         asub = _async_adapter().AsyncSubscription(self, endpoint, queue_size, opts)
-        self._async_subs.add(asub)
+        _track(self._async_subs, asub)
         return asub
 
     cdef Subscription _open_subscription(self, object endpoint, object target, object opts,
@@ -838,7 +851,7 @@ A zmq context and every subscription and publisher opened on it.
                                   ep_list[failed], opts.bind)
             self._open_failed(err, open_errno, f"subscribe({endpoint!r})", ep_list[0], opts.bind)
         try:
-            self._subs.add(sub)
+            _track(self._subs, sub)
             _auth_register(zap, sub)
             if shared_src is None and sub._events is not None:
                 # Named as bound (a tcp port * or 0 resolved), as its logs say it.
@@ -996,7 +1009,7 @@ A zmq context and every subscription and publisher opened on it.
             pub._drop_events()
             self._open_failed(err, errno, f"publisher({endpoint!r})", endpoint, opts.bind)
         sink.label = f"publisher {pub.last_endpoint}"
-        self._pubs.add(pub)
+        _track(self._pubs, pub)
         _auth_register(zap, pub)
         return pub
 
@@ -1039,7 +1052,7 @@ A zmq context and every subscription and publisher opened on it.
                   frontend_socket_options=frontend_socket_options,
                   backend_socket_options=backend_socket_options, on_event=on_event)
         p = _open_proxy(self, frontend, backend, kw)
-        self._proxies.add(p)
+        _track(self._proxies, p)
         return p
 
     cdef _forget(self, obj):
