@@ -1098,8 +1098,9 @@ A zmq context and every subscription and publisher opened on it.
         In this order: every send blocked on one of the bus's publishers is
         woken (it raises ValueError, "the bus was closed"), every
         subscription is asked to stop, then each is waited for, the
-        publishers are closed (with ``timeout``, their linger is cut to the
-        time left), and the context is waited for.  ``timeout`` (seconds, not
+        publishers are closed (with ``timeout``, their linger is cut to end
+        0.25 s before the deadline, when that much is left), and the context
+        is waited for (up to 0.25 s past the deadline: libzmq's own end).  ``timeout`` (seconds, not
         pyzmq's milliseconds; None: no limit) bounds the whole; TimeoutError if a target is still
         running or unsent messages still linger then.  Safe from inside a
         target: the context then ends when that target's loop does.  An
